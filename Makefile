@@ -1,0 +1,51 @@
+# Two commands matter on a fresh machine: `make demo` and `make test` (see README).
+SHELL := /bin/bash
+PYTHON ?= $(shell command -v python3.11 || command -v python3)
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: demo test lint unit integration chaos bench jars debs clean sandbox-up sandbox-down
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q --upgrade pip
+	$(BIN)/pip install -q -e '.[test]'
+	touch $(STAMP)
+
+jars: $(STAMP)
+	$(BIN)/replicator sandbox fetch
+
+# Debian packages used by tests (Prometheus server and promtool); installed as root when missing.
+debs:
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
+	  else echo "prometheus/promtool missing: run 'sudo apt-get install prometheus'" >&2; exit 1; fi; }
+
+lint: $(STAMP)
+	$(BIN)/ruff check replicator tests bench
+
+unit: $(STAMP)
+	$(BIN)/pytest -q tests/unit
+
+test: $(STAMP) jars debs lint
+	$(BIN)/pytest -q -m "not chaos" tests
+
+demo: $(STAMP) jars
+	$(BIN)/replicator demo
+
+chaos: $(STAMP) jars
+	$(BIN)/pytest -q -m chaos tests
+
+bench: $(STAMP) jars
+	$(BIN)/python -m bench.run
+
+sandbox-up: $(STAMP) jars
+	$(BIN)/replicator sandbox up
+
+sandbox-down: $(STAMP)
+	$(BIN)/replicator sandbox down
+
+clean:
+	-$(BIN)/replicator sandbox down
+	rm -rf $(VENV) .sandbox .pytest_cache .ruff_cache

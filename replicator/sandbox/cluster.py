@@ -1,0 +1,286 @@
+"""Two real single-node KRaft Kafka clusters ("source" and "target") on loopback.
+
+Each cluster is its own JVM with its own data dir and cluster id. A pid file records the JVM we
+started, so `down` stops exactly that process and nothing else.
+"""
+
+from __future__ import annotations
+
+import base64
+import os
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+from replicator.sandbox.jars import DEFAULT_KAFKA_VERSION, cache_root, classpath
+
+SOURCE_PORT = 19092
+TARGET_PORT = 29092
+READY_TIMEOUT_S = 90.0
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = ${sys:kafka.logs.dir}/server.log
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+logger.state.name = state.change.logger
+logger.state.level = WARN
+logger.cleaner.name = kafka.log.LogCleaner
+logger.cleaner.level = WARN
+"""
+
+
+def _port_shift() -> int:
+    """Lets several sandboxes coexist on one machine (parallel work, CI next to a demo)."""
+    return int(os.environ.get("REPLICATOR_SANDBOX_PORT_SHIFT", "0"))
+
+
+def default_root() -> Path:
+    if env := os.environ.get("REPLICATOR_SANDBOX_DIR"):
+        return Path(env)
+    return cache_root().parent / ".sandbox" if cache_root().name == ".cache" else cache_root() / "sandbox"
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # A zombie child of ours still "exists"; treat it as dead.
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(") ", 1)[1][0] != "Z"
+    except OSError:
+        return False
+
+
+def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=timeout):
+            return True
+    except OSError:
+        return False
+
+
+@dataclass
+class KafkaCluster:
+    name: str
+    port: int
+    root: Path
+    version: str = DEFAULT_KAFKA_VERSION
+    transaction_version: int | None = None  # None: the release default (2 on fresh 4.x)
+    heap: str = "-Xms384m -Xmx512m"
+
+    @property
+    def controller_port(self) -> int:
+        return self.port + 1
+
+    @property
+    def bootstrap(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def dir(self) -> Path:
+        return self.root / self.name
+
+    @property
+    def pid_file(self) -> Path:
+        return self.dir / "kafka.pid"
+
+    @property
+    def log_file(self) -> Path:
+        return self.dir / "logs" / "server.log"
+
+    def pid(self) -> int | None:
+        try:
+            pid = int(self.pid_file.read_text().strip())
+        except (OSError, ValueError):
+            return None
+        return pid if _pid_alive(pid) else None
+
+    def running(self) -> bool:
+        return self.pid() is not None
+
+    def _properties(self) -> str:
+        p, c = self.port, self.controller_port
+        return "\n".join([
+            "process.roles=broker,controller",
+            "node.id=1",
+            f"controller.quorum.voters=1@127.0.0.1:{c}",
+            f"listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{p}",
+            "controller.listener.names=CONTROLLER",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+            f"log.dirs={self.dir / 'data'}",
+            "num.partitions=1",
+            "offsets.topic.replication.factor=1",
+            "offsets.topic.num.partitions=4",
+            "transaction.state.log.replication.factor=1",
+            "transaction.state.log.min.isr=1",
+            "transaction.state.log.num.partitions=4",
+            "share.coordinator.state.topic.replication.factor=1",
+            "share.coordinator.state.topic.min.isr=1",
+            "group.initial.rebalance.delay.ms=0",
+            "transaction.abort.timed.out.transaction.cleanup.interval.ms=1000",
+            "transaction.remove.expired.transaction.cleanup.interval.ms=60000",
+            # The 128 MiB default dedupe buffer is allocated on a 512 MiB heap.
+            "log.cleaner.dedupe.buffer.size=16777216",
+            "auto.create.topics.enable=false",
+            "num.network.threads=2",
+            "num.io.threads=4",
+            "",
+        ])
+
+    def _java(self, main: str, *args: str) -> list[str]:
+        return ["java", "-cp", classpath(self.version), main, *args]
+
+    def _format(self) -> None:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cmd = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
+                         "-c", str(self.dir / "server.properties"), "-g")
+        if self.transaction_version is not None:
+            cmd += ["--feature", f"transaction.version={self.transaction_version}"]
+        proc = subprocess.run(cmd, capture_output=True, text=True,
+                              env={**os.environ, "KAFKA_LOG4J_OPTS": ""})
+        if proc.returncode != 0:
+            raise RuntimeError(f"formatting the {self.name} cluster failed:\n{proc.stdout}{proc.stderr}")
+
+    def start(self, fresh: bool = False) -> None:
+        """Starts the broker unless ours already runs; returns when it serves requests."""
+        if self.running():
+            if fresh:
+                self.stop()
+            else:
+                self.wait_ready()
+                return
+        if port_open(self.port) or port_open(self.controller_port):
+            raise RuntimeError(
+                f"port {self.port} or {self.controller_port} is taken by a process this sandbox did not "
+                f"start; stop it or set REPLICATOR_SANDBOX_PORT_SHIFT")
+        if fresh and self.dir.exists():
+            import shutil
+            shutil.rmtree(self.dir)
+        (self.dir / "logs").mkdir(parents=True, exist_ok=True)
+        (self.dir / "server.properties").write_text(self._properties())
+        (self.dir / "log4j2.properties").write_text(_LOG4J2)
+        if not (self.dir / "data" / "meta.properties").exists():
+            self._format()
+        if self.log_file.exists():
+            self.log_file.rename(self.log_file.with_suffix(f".{int(time.time())}.log"))
+        cmd = ["java", *self.heap.split(), "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
+               "-Djava.awt.headless=true", f"-Dkafka.logs.dir={self.dir / 'logs'}",
+               f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
+               "-cp", classpath(self.version), "kafka.Kafka", str(self.dir / "server.properties")]
+        with open(self.dir / "logs" / "stdout.log", "ab") as out:
+            proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                    start_new_session=True)
+        self.pid_file.write_text(str(proc.pid))
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if not self.running():
+                raise RuntimeError(f"the {self.name} broker exited during start-up:\n{self.log_tail()}")
+            if port_open(self.port) and self._started_logged():
+                return
+            time.sleep(0.25)
+        raise RuntimeError(f"the {self.name} broker was not ready after {timeout:.0f}s:\n{self.log_tail()}")
+
+    def _started_logged(self) -> bool:
+        try:
+            return "Kafka Server started" in self.log_file.read_text(errors="replace")
+        except OSError:
+            return False
+
+    def log_tail(self, lines: int = 40) -> str:
+        try:
+            text = self.log_file.read_text(errors="replace").splitlines()
+        except OSError:
+            text = []
+        try:
+            text += (self.dir / "logs" / "stdout.log").read_text(errors="replace").splitlines()[-10:]
+        except OSError:
+            pass
+        return "\n".join(text[-lines:])
+
+    def stop(self, timeout: float = 30.0) -> None:
+        """Clean shutdown of the JVM we started (SIGTERM, then SIGKILL after `timeout`)."""
+        pid = self.pid()
+        if pid is None:
+            self.pid_file.unlink(missing_ok=True)
+            return
+        self.signal(signal.SIGCONT)  # a paused broker cannot shut down
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + timeout
+        while _pid_alive(pid) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        if _pid_alive(pid):
+            os.kill(pid, signal.SIGKILL)
+            while _pid_alive(pid):
+                time.sleep(0.1)
+        self._reap(pid)
+        self.pid_file.unlink(missing_ok=True)
+
+    def kill(self) -> None:
+        """Hard crash (SIGKILL) for fault injection; the data dir stays for a restart."""
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, signal.SIGKILL)
+            while _pid_alive(pid):
+                time.sleep(0.05)
+            self._reap(pid)
+        self.pid_file.unlink(missing_ok=True)
+
+    def signal(self, sig: int) -> None:
+        pid = self.pid()
+        if pid is not None:
+            os.kill(pid, sig)
+
+    @staticmethod
+    def _reap(pid: int) -> None:
+        try:
+            os.waitpid(pid, os.WNOHANG)
+        except ChildProcessError:
+            pass
+
+
+class Sandbox:
+    """The source and target clusters as one unit for the CLI, the demo and the tests."""
+
+    def __init__(self, root: Path | None = None, version: str = DEFAULT_KAFKA_VERSION,
+                 source_tv: int | None = None, target_tv: int | None = None) -> None:
+        root = root or default_root()
+        shift = _port_shift()
+        self.source = KafkaCluster("source", SOURCE_PORT + shift, root, version, source_tv)
+        self.target = KafkaCluster("target", TARGET_PORT + shift, root, version, target_tv)
+
+    @property
+    def clusters(self) -> tuple[KafkaCluster, KafkaCluster]:
+        return self.source, self.target
+
+    def up(self, fresh: bool = False) -> None:
+        for cluster in self.clusters:
+            cluster.start(fresh=fresh)
+
+    def down(self) -> None:
+        for cluster in self.clusters:
+            cluster.stop()
+
+    def status(self) -> dict[str, dict[str, object]]:
+        return {
+            c.name: {"bootstrap": c.bootstrap, "pid": c.pid(), "serving": port_open(c.port),
+                     "data_dir": str(c.dir)}
+            for c in self.clusters
+        }
