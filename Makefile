@@ -22,13 +22,17 @@ debs:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 	  else echo "prometheus/promtool missing: run 'sudo apt-get install prometheus'" >&2; exit 1; fi; }
 
+# kustomize for tests/unit/test_deploy.py, into .cache/bin (go install via the Go module proxy).
+deploytools:
+	deploy/tools/ensure_kustomize.sh
+
 lint: $(STAMP)
 	$(BIN)/ruff check replicator tests bench
 
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test: $(STAMP) jars debs lint
+test: $(STAMP) jars debs lint deploytools
 	$(BIN)/pytest -q -m "not chaos" tests
 
 demo: $(STAMP) jars

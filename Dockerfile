@@ -1,0 +1,74 @@
+# syntax=docker/dockerfile:1
+# Container image of the exactly-once Kafka replicator (PySpark Structured Streaming, local master).
+#   docker build -t replicator:0.1.0 .
+#   docker run --rm -v "$PWD/config.yaml:/etc/replicator/config.yaml:ro" -p 9400:9400 replicator:0.1.0
+ARG PYTHON_IMAGE=python:3.11.14-slim-bookworm
+
+# --- builder: wheels of the package and of every dependency (pyspark ships as an sdist) ---------
+FROM ${PYTHON_IMAGE} AS builder
+ENV PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY replicator ./replicator
+RUN pip wheel --wheel-dir /wheels .
+
+# --- runtime ---------------------------------------------------------------------------------
+FROM ${PYTHON_IMAGE}
+ARG VERSION=0.1.0
+ARG REVISION=unknown
+ARG CREATED=unknown
+LABEL org.opencontainers.image.title="replicator" \
+      org.opencontainers.image.description="Exactly-once cross-cluster Kafka replication as a PySpark Structured Streaming job" \
+      org.opencontainers.image.version="${VERSION}" \
+      org.opencontainers.image.revision="${REVISION}" \
+      org.opencontainers.image.created="${CREATED}" \
+      org.opencontainers.image.licenses="Apache-2.0" \
+      org.opencontainers.image.base.name="${PYTHON_IMAGE}"
+
+SHELL ["/bin/bash", "-o", "pipefail", "-c"]
+
+# Java 17 for Spark's JVM; procps because Spark's launch scripts call `ps`.
+# JAVA_HOME gets an architecture-independent path through a symlink.
+RUN apt-get update \
+ && apt-get install -y --no-install-recommends openjdk-17-jre-headless procps \
+ && rm -rf /var/lib/apt/lists/* \
+ && ln -s "/usr/lib/jvm/java-17-openjdk-$(dpkg --print-architecture)" /usr/lib/jvm/java-17 \
+ && /usr/lib/jvm/java-17/bin/java -version
+
+ENV JAVA_HOME=/usr/lib/jvm/java-17 \
+    VIRTUAL_ENV=/opt/venv \
+    PATH=/opt/venv/bin:/usr/lib/jvm/java-17/bin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin \
+    PYSPARK_PYTHON=/opt/venv/bin/python \
+    PYSPARK_DRIVER_PYTHON=/opt/venv/bin/python \
+    PYTHONUNBUFFERED=1 \
+    PYTHONDONTWRITEBYTECODE=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    SPARK_LOCAL_DIRS=/tmp/spark \
+    TMPDIR=/tmp/spark \
+    HOME=/home/replicator
+
+# Only the wheels built above are installed: no index is consulted in this stage.
+RUN --mount=type=bind,from=builder,source=/wheels,target=/wheels \
+    python -m venv /opt/venv \
+ && pip install --no-index --find-links /wheels "kafka-replicator==${VERSION}" \
+ && replicator --version
+
+COPY deploy/spark/spark_main.py /opt/replicator/spark_main.py
+COPY --chmod=0755 deploy/spark/entrypoint.sh /opt/replicator/spark-entrypoint.sh
+
+RUN groupadd --system --gid 10001 replicator \
+ && useradd --system --uid 10001 --gid 10001 --home-dir /home/replicator --create-home \
+      --shell /usr/sbin/nologin replicator \
+ && install -d -o 10001 -g 10001 -m 0750 /tmp/spark /etc/replicator
+
+USER 10001:10001
+WORKDIR /tmp/spark
+EXPOSE 9400
+
+HEALTHCHECK --interval=30s --timeout=5s --start-period=120s --retries=3 \
+  CMD ["python", "-c", "import os, urllib.request; urllib.request.urlopen('http://127.0.0.1:%s/healthz' % os.environ.get('REPLICATOR_METRICS_PORT', '9400'), timeout=4)"]
+
+ENTRYPOINT ["replicator"]
+CMD ["run", "--config", "/etc/replicator/config.yaml"]
