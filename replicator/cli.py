@@ -73,3 +73,52 @@ def sandbox_status(fmt: str) -> None:
     for name, s in status.items():
         state = "up" if s["pid"] and s["serving"] else ("starting" if s["pid"] else "down")
         click.echo(f"{name:7} {state:8} {s['bootstrap']:16} pid={s['pid'] or '-'}  {s['data_dir']}")
+
+
+def _load_config(config_file: str | None, flags: dict):
+    from replicator import config as config_mod
+
+    try:
+        return config_mod.load(flags, config_file)
+    except config_mod.ConfigError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(2)
+
+
+def connection_options(f):
+    """Options shared by every command that talks to a replication's clusters."""
+    for opt in reversed([
+        click.option("--config", "config_file", type=click.Path(dir_okay=False),
+                     help="YAML file with any option below plus `source:`/`target:` librdkafka maps."),
+        click.option("--source-bootstrap-servers", help="Source cluster, host:port[,host:port]."),
+        click.option("--target-bootstrap-servers", help="Target cluster, host:port[,host:port]."),
+        click.option("--topics", help="Regex of source topics to replicate (full match)."),
+        click.option("--topics-exclude", help="Comma-separated regexes to exclude (exclude wins)."),
+        click.option("--name", help="Job name: prefixes transactional ids; default group __replicator.NAME."),
+        click.option("--offsets-group", help="The fake consumer group on the target holding offsets."),
+        click.option("--replication-policy", help="identity (same names) or prefix (ALIAS.topic)."),
+        click.option("--source-alias", help="Source cluster alias used by the prefix policy."),
+    ]):
+        f = opt(f)
+    return f
+
+
+@main.command()
+@connection_options
+@click.option("--master", help="Spark master URL (default local[cores,4]: local with task retries).")
+@click.option("--shards", type=str, help="Transactional shards (default: number of cores).")
+@click.option("--max-records-per-batch", type=str, help="Admission control per micro-batch.")
+@click.option("--max-records-per-transaction", type=str, help="Bound of one target transaction.")
+@click.option("--on-data-loss", help="fail (default) or skip when retention overtook replication.")
+@click.option("--guarantee", help="exactly-once (default) or at-least-once.")
+@click.option("--metrics-port", type=str, help="Port of /metrics, /healthz and /readyz (default 9400).")
+@click.option("--log-format", help="text or json.")
+def run(config_file: str | None, **flags) -> None:
+    """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure, 2 invalid configuration.
+
+    Every option is also settable in the --config file and as REPLICATOR_<OPTION> (flags win)."""
+    cfg = _load_config(config_file, flags)
+    from replicator import job, logs
+
+    logs.configure(cfg.log_format, cfg.log_level)
+    sys.exit(job.run(cfg))

@@ -1,0 +1,330 @@
+"""The replicator's one configuration object: every option declared once, typed and validated.
+
+Precedence: command-line flags > environment (`REPLICATOR_<OPTION>`) > YAML file > defaults.
+Every bad value raises `ConfigError` naming the key and what is allowed, before any record moves.
+Secrets (librdkafka passwords, keys, tokens) never appear in errors or logs: see `redacted()`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ENV_PREFIX = "REPLICATOR_"
+_SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
+_BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
+_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
+_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
+# Keys the replicator sets itself on its clients; overriding them would break exactly-once.
+_RESERVED_CLIENT_KEYS = {
+    "source": {"isolation.level", "enable.auto.commit", "group.id", "enable.partition.eof",
+               "auto.offset.reset"},
+    "target": {"transactional.id", "enable.idempotence", "isolation.level", "group.id"},
+}
+
+
+class ConfigError(ValueError):
+    """An invalid configuration value; `key` names the option."""
+
+    def __init__(self, key: str, message: str) -> None:
+        super().__init__(f"invalid configuration '{key}': {message}")
+        self.key = key
+
+
+def is_secret(key: str) -> bool:
+    k = key.lower()
+    return any(h in k for h in _SECRET_HINTS)
+
+
+def _cpu_count() -> int:
+    return os.cpu_count() or 2
+
+
+@dataclass(frozen=True)
+class ReplicatorConfig:
+    source_bootstrap_servers: str = ""
+    target_bootstrap_servers: str = ""
+    topics: str = ""
+    topics_exclude: tuple[str, ...] = ()
+    name: str = "replicator"
+    offsets_group: str = ""
+    shards: int = 0
+    master: str = ""
+    guarantee: str = "exactly-once"
+    max_records_per_batch: int = 1_000_000
+    max_bytes_per_batch: int = 512 * 1024 * 1024
+    max_records_per_transaction: int = 200_000
+    max_transaction_seconds: float = 10.0
+    transaction_timeout_ms: int = 60_000
+    trigger_interval_ms: int = 200
+    on_data_loss: str = "fail"
+    replication_policy: str = "identity"
+    source_alias: str = "source"
+    refresh_topics_interval_seconds: float = 10.0
+    replication_factor: int = -1
+    metrics_port: int = 9400
+    readiness_window_seconds: float = 60.0
+    log_format: str = "text"
+    log_level: str = "INFO"
+    source: Mapping[str, str] = field(default_factory=dict)
+    target: Mapping[str, str] = field(default_factory=dict)
+    spark: Mapping[str, str] = field(default_factory=dict)
+
+    @property
+    def group(self) -> str:
+        return self.offsets_group or f"__replicator.{self.name}"
+
+    @property
+    def shard_count(self) -> int:
+        return self.shards or _cpu_count()
+
+    @property
+    def spark_master(self) -> str:
+        # local[N,F]: plain local[N] never retries a failed task.
+        return self.master or f"local[{_cpu_count()},4]"
+
+    @property
+    def exactly_once(self) -> bool:
+        return self.guarantee == "exactly-once"
+
+    def transactional_id(self, shard: int) -> str:
+        return f"{self.name}-shard-{shard}"
+
+    def to_json(self) -> str:
+        return json.dumps(dataclasses.asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str) -> ReplicatorConfig:
+        raw = json.loads(text)
+        raw["topics_exclude"] = tuple(raw["topics_exclude"])
+        return cls(**raw)
+
+    def redacted(self) -> dict[str, Any]:
+        """A loggable view: secret client properties replaced by '***'."""
+        out = dataclasses.asdict(self)
+        for section in ("source", "target"):
+            out[section] = {k: ("***" if is_secret(k) else v) for k, v in out[section].items()}
+        return out
+
+
+def _positive_int(key: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
+    if isinstance(value, bool):
+        raise ConfigError(key, f"expected an integer >= {minimum}, got a boolean")
+    try:
+        number = int(str(value).replace("_", ""))
+    except ValueError:
+        raise ConfigError(key, f"expected an integer >= {minimum}, got {value!r}") from None
+    if number < minimum or (maximum is not None and number > maximum):
+        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
+        raise ConfigError(key, f"expected an integer {bound}, got {number}")
+    return number
+
+
+def _positive_float(key: str, value: Any) -> float:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        raise ConfigError(key, f"expected a positive number, got {value!r}") from None
+    if not number > 0:
+        raise ConfigError(key, f"expected a positive number, got {number}")
+    return number
+
+
+def _choice(*allowed: str) -> Callable[[str, Any], str]:
+    def check(key: str, value: Any) -> str:
+        if value not in allowed:
+            raise ConfigError(key, f"expected one of {', '.join(allowed)}; got {value!r}")
+        return value
+    return check
+
+
+def _bootstrap(key: str, value: Any) -> str:
+    text = str(value).strip()
+    if not text:
+        raise ConfigError(key, "required: a comma-separated list of host:port")
+    if not _BOOTSTRAP.match(text):
+        raise ConfigError(key, f"expected a comma-separated list of host:port, got {text!r}")
+    for part in text.split(","):
+        port = int(part.rsplit(":", 1)[1])
+        if not 0 < port < 65536:
+            raise ConfigError(key, f"port {port} is outside 1-65535")
+    return text
+
+
+def _regex(key: str, value: Any) -> str:
+    text = str(value)
+    if not text:
+        raise ConfigError(key, "required: a regular expression matching source topic names")
+    try:
+        re.compile(text)
+    except re.error as e:
+        raise ConfigError(key, f"not a valid regular expression ({e})") from None
+    return text
+
+
+def _regex_list(key: str, value: Any) -> tuple[str, ...]:
+    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
+    for item in items:
+        if not isinstance(item, str):
+            raise ConfigError(key, f"expected a list of regular expressions, got {item!r}")
+        _regex(key, item)
+    return tuple(i for i in items if i)
+
+
+def _name(key: str, value: Any) -> str:
+    text = str(value)
+    if not _NAME.match(text):
+        raise ConfigError(key, "expected 1-100 characters of letters, digits, '.', '_' or '-', "
+                               f"starting with a letter or digit; got {text!r}")
+    return text
+
+
+def _group(key: str, value: Any) -> str:
+    text = str(value)
+    if text and (len(text) > 249 or not re.match(r"^[A-Za-z0-9._\-]+$", text)):
+        raise ConfigError(key, "expected up to 249 characters of letters, digits, '.', '_' or '-'")
+    return text
+
+
+def _master(key: str, value: Any) -> str:
+    text = str(value)
+    if text and not _MASTER.match(text):
+        raise ConfigError(key, "expected a Spark master URL: local, local[N], local[N,F], local[*], "
+                               f"spark://host:port, k8s://..., yarn; got {text!r}")
+    return text
+
+
+def _client_props(section: str) -> Callable[[str, Any], dict[str, str]]:
+    def check(key: str, value: Any) -> dict[str, str]:
+        if value is None:
+            return {}
+        if not isinstance(value, Mapping):
+            raise ConfigError(key, "expected a map of librdkafka properties (key: value)")
+        out: dict[str, str] = {}
+        for k, v in value.items():
+            if not isinstance(k, str) or not re.match(r"^[a-z0-9][a-z0-9._\-]*$", k):
+                raise ConfigError(f"{key}.{k}", "not a librdkafka property name")
+            if k in _RESERVED_CLIENT_KEYS[section]:
+                raise ConfigError(f"{key}.{k}", "set by the replicator itself (exactly-once depends on "
+                                                "it) and cannot be overridden")
+            if k == "bootstrap.servers":
+                raise ConfigError(f"{key}.{k}", f"use '{section}_bootstrap_servers' instead")
+            if isinstance(v, (dict, list)):
+                raise ConfigError(f"{key}.{k}", "expected a scalar value")
+            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+        return out
+    return check
+
+
+def _spark_conf(key: str, value: Any) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(str(k).startswith("spark.") for k in value):
+        raise ConfigError(key, "expected a map of Spark properties whose keys start with 'spark.'")
+    return {str(k): str(v) for k, v in value.items()}
+
+
+_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
+    "source_bootstrap_servers": _bootstrap,
+    "target_bootstrap_servers": _bootstrap,
+    "topics": _regex,
+    "topics_exclude": _regex_list,
+    "name": _name,
+    "offsets_group": _group,
+    "shards": lambda k, v: _positive_int(k, v, 1, 4096),
+    "master": _master,
+    "guarantee": _choice("exactly-once", "at-least-once"),
+    "max_records_per_batch": lambda k, v: _positive_int(k, v, 1),
+    "max_bytes_per_batch": lambda k, v: _positive_int(k, v, 1024),
+    "max_records_per_transaction": lambda k, v: _positive_int(k, v, 1),
+    "max_transaction_seconds": _positive_float,
+    "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, 900_000),
+    "trigger_interval_ms": lambda k, v: _positive_int(k, v, 0),
+    "on_data_loss": _choice("fail", "skip"),
+    "replication_policy": _choice("identity", "prefix"),
+    "source_alias": _name,
+    "refresh_topics_interval_seconds": _positive_float,
+    "replication_factor": lambda k, v: -1 if str(v) == "-1" else _positive_int(k, v, 1, 32767),
+    "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
+    "readiness_window_seconds": _positive_float,
+    "log_format": _choice("text", "json"),
+    "log_level": _choice("DEBUG", "INFO", "WARNING", "ERROR"),
+    "source": _client_props("source"),
+    "target": _client_props("target"),
+    "spark": _spark_conf,
+}
+OPTIONS = tuple(_VALIDATORS)
+
+
+def _normalise_key(key: str) -> str:
+    return key.strip().replace("-", "_").lower()
+
+
+def read_file(path: str | Path) -> dict[str, Any]:
+    try:
+        text = Path(path).read_text()
+    except OSError as e:
+        raise ConfigError("config", f"cannot read {path}: {e.strerror}") from None
+    try:
+        data = yaml.safe_load(text) or {}
+    except yaml.YAMLError as e:
+        raise ConfigError("config", f"{path} is not valid YAML ({e})") from None
+    if not isinstance(data, dict):
+        raise ConfigError("config", f"{path} must hold a map of options at top level")
+    return {_normalise_key(str(k)): v for k, v in data.items()}
+
+
+def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for env_key, value in environ.items():
+        if not env_key.startswith(ENV_PREFIX) or env_key.startswith(ENV_PREFIX + "TEST_"):
+            continue
+        rest = env_key[len(ENV_PREFIX):]
+        # REPLICATOR_SOURCE__SASL_PASSWORD=... sets source: {sasl.password: ...}
+        section, sep, prop = rest.partition("__")
+        if sep and section.lower() in ("source", "target"):
+            out.setdefault(f"{section.lower()}.", {})[prop.lower().replace("_", ".")] = value
+            continue
+        key = _normalise_key(rest)
+        if key in _VALIDATORS and key not in ("source", "target", "spark"):
+            out[key] = value
+    return out
+
+
+def load(flags: Mapping[str, Any] | None = None, config_file: str | Path | None = None,
+         environ: Mapping[str, str] | None = None) -> ReplicatorConfig:
+    """Merges file, environment and flags (in rising precedence) and validates every value."""
+    merged: dict[str, Any] = {}
+    if config_file:
+        merged.update(read_file(config_file))
+    env = from_environment(os.environ if environ is None else environ)
+    for section in ("source", "target"):
+        extra = env.pop(f"{section}.", None)
+        if extra:
+            base = merged.get(section) or {}
+            if not isinstance(base, Mapping):
+                raise ConfigError(section, "expected a map of librdkafka properties (key: value)")
+            merged[section] = {**base, **extra}
+    merged.update(env)
+    merged.update({_normalise_key(k): v for k, v in (flags or {}).items() if v is not None})
+
+    unknown = sorted(set(merged) - set(_VALIDATORS))
+    if unknown:
+        raise ConfigError(unknown[0], f"unknown option; known options are: {', '.join(OPTIONS)}")
+    values = {key: _VALIDATORS[key](key, value) for key, value in merged.items()}
+    for required in ("source_bootstrap_servers", "target_bootstrap_servers", "topics"):
+        if required not in values:
+            _VALIDATORS[required](required, "")
+    config = ReplicatorConfig(**values)
+    if config.transaction_timeout_ms < config.max_transaction_seconds * 1000 * 2:
+        raise ConfigError("transaction_timeout_ms", "must be at least twice max_transaction_seconds "
+                                                    "so a transaction never outlives its timeout")
+    return config

@@ -1,0 +1,249 @@
+"""The long-running driver: pre-flight checks, fencing, the streaming query, progress and shutdown."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import shutil
+import signal
+import socketserver
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from confluent_kafka import KafkaException
+
+from replicator import kafka_clients, topic_sync
+from replicator.config import ReplicatorConfig
+from replicator.lag import partition_lags
+from replicator.offsets import read_group
+
+log = logging.getLogger("replicator.job")
+PROGRESS_INTERVAL_S = 5.0
+
+
+class RuntimeFailure(RuntimeError):
+    """A failure while running (exit code 1): the message says what and where."""
+
+
+def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
+    """Everything that must hold before the first record moves."""
+    source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
+    for role, admin, servers in (("source", source, cfg.source_bootstrap_servers),
+                                 ("target", target, cfg.target_bootstrap_servers)):
+        try:
+            admin.list_topics(timeout=20)
+        except KafkaException as e:
+            raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}") from None
+    mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
+    if not mappings:
+        log.warning("no source topic matches the selection yet; new topics are picked up every %ss",
+                    cfg.refresh_topics_interval_seconds)
+    for lag in partition_lags(cfg, source, target, mappings):
+        if lag.committed > lag.source_end:
+            raise RuntimeFailure(
+                f"the offsets group {cfg.group!r} on the target says {lag.target_topic}[{lag.partition}] is "
+                f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
+                f"the group was written by another job or the source topic was recreated. Use another "
+                f"--name/--offsets-group, or delete the group to start over.")
+    fence_previous_layouts(cfg, target)
+    return mappings
+
+
+def fence_previous_layouts(cfg: ReplicatorConfig, target=None) -> int:
+    """init_transactions() on every shard id of the old and new layouts: fences zombies of either
+    and aborts whatever transaction a crashed predecessor left open, before any new write."""
+    if not cfg.exactly_once:
+        return 0
+    target = target or kafka_clients.target_admin(cfg)
+    layouts = {c.metadata.shards for c in read_group(target, cfg.group).values() if c.metadata}
+    count = max([cfg.shard_count, *layouts])
+    if layouts - {cfg.shard_count}:
+        log.info("shard layout changed from %s to %d: fencing the previous transactional ids",
+                 sorted(layouts), cfg.shard_count)
+    threads = [threading.Thread(target=_fence_one, args=(cfg, shard)) for shard in range(count)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return count
+
+
+def _fence_one(cfg: ReplicatorConfig, shard: int) -> None:
+    producer = kafka_clients.target_producer(cfg, cfg.transactional_id(shard))
+    producer.init_transactions(60)
+
+
+class BatchStats:
+    """Receives each committed micro-batch's writer stats from the Spark driver-side sink."""
+
+    def __init__(self, on_batch: Callable[[dict], None] | None = None) -> None:
+        self.records = 0
+        self.bytes = 0
+        self.batches = 0
+        self.last_batch_at = 0.0
+        self._lock = threading.Lock()
+        self._on_batch = on_batch
+        stats = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    stats.add(json.loads(line))
+
+        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="batch-stats").start()
+
+    @property
+    def address(self) -> str:
+        host, port = self._server.server_address[:2]
+        return f"{host}:{port}"
+
+    def add(self, stats: dict) -> None:
+        with self._lock:
+            self.records += stats.get("records", 0)
+            self.bytes += stats.get("bytes", 0)
+            self.batches += 1
+            self.last_batch_at = time.time()
+        if self._on_batch:
+            self._on_batch(stats)
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def spark_session(cfg: ReplicatorConfig, scratch: Path):
+    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
+    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
+    from pyspark.sql import SparkSession
+
+    builder = (SparkSession.builder.appName(f"replicator-{cfg.name}").master(cfg.spark_master)
+               .config("spark.ui.enabled", "false")
+               .config("spark.ui.showConsoleProgress", "false")
+               .config("spark.sql.shuffle.partitions", "1")
+               .config("spark.local.dir", str(scratch / "spark-local"))
+               .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
+               .config("spark.python.worker.reuse", "true")
+               .config("spark.task.maxFailures", "4")
+               .config("spark.speculation", "false")
+               .config("spark.driver.memory", "1g")
+               .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
+               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}"))
+    for k, v in cfg.spark.items():
+        builder = builder.config(k, v)
+    spark = builder.getOrCreate()
+    spark.sparkContext.setLogLevel("ERROR")
+    return spark
+
+
+class Replicator:
+    """One run of the job, from pre-flight to a clean stop."""
+
+    def __init__(self, cfg: ReplicatorConfig, on_batch: Callable[[dict], None] | None = None) -> None:
+        self.cfg = cfg
+        self.stop_requested = threading.Event()
+        self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
+        self.stats = BatchStats(on_batch)
+        self.mappings: list[topic_sync.TopicMapping] = []
+        self.query = None
+
+    def request_stop(self, *_args) -> None:
+        if not self.stop_requested.is_set():
+            log.info("stop requested: finishing the running micro-batch")
+        self.stop_requested.set()
+        (self.scratch / "stop").touch()
+
+    def run(self) -> None:
+        self.mappings = preflight(self.cfg)
+        log.info("starting", extra={"job": self.cfg.name, "group": self.cfg.group,
+                                    "shards": self.cfg.shard_count, "master": self.cfg.spark_master,
+                                    "topics": len(self.mappings)})
+        spark = spark_session(self.cfg, self.scratch)
+        try:
+            from replicator.spark_source import ReplicatorDataSource
+
+            spark.dataSource.register(ReplicatorDataSource)
+            options = {"config": self.cfg.to_json(), "stop_flag": str(self.scratch / "stop"),
+                       "stats_addr": self.stats.address}
+            # A fresh checkpoint per run: it is never trusted for correctness (the target is).
+            self.query = (spark.readStream.format("replicator").options(**options).load()
+                          .writeStream.format("replicator").options(**options)
+                          .option("checkpointLocation", str(self.scratch / "checkpoint"))
+                          .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
+                          .queryName(self.cfg.name).start())
+            self._watch()
+        finally:
+            self._shutdown(spark)
+
+    def _watch(self) -> None:
+        source, target = kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg)
+        next_progress, last_records = time.monotonic() + PROGRESS_INTERVAL_S, 0
+        while self.query.isActive:
+            if self.stop_requested.is_set():
+                self._stop_query()
+                break
+            self.query.awaitTermination(0.5)
+            if time.monotonic() >= next_progress:
+                try:
+                    self.mappings = topic_sync.ensure_target_topics(
+                        self.cfg, source, target, topic_sync.discover(self.cfg, source))
+                    lags = partition_lags(self.cfg, source, target, self.mappings)
+                    lag = sum(x.records for x in lags)
+                except KafkaException as e:
+                    lag, lags = -1, []
+                    log.warning("lag lookup failed: %s", e.args[0].str())
+                rate = (self.stats.records - last_records) / PROGRESS_INTERVAL_S
+                last_records = self.stats.records
+                log.info("progress: %d records copied (%.0f/s), lag %s offsets over %d partitions, %d batches",
+                         self.stats.records, rate, lag, len(lags), self.stats.batches,
+                         extra={"records_total": self.stats.records, "lag_records": lag})
+                next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        error = self.query.exception()
+        if error is not None and not self.stop_requested.is_set():
+            raise RuntimeFailure(f"the streaming query failed: {_root_cause(error)}")
+
+    def _stop_query(self) -> None:
+        deadline = time.monotonic() + self.cfg.transaction_timeout_ms / 1000
+        while self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
+            time.sleep(0.1)
+        self.query.stop()
+
+    def _shutdown(self, spark) -> None:
+        try:
+            spark.stop()
+        except Exception as e:  # noqa: BLE001 - shutdown continues whatever Spark says
+            log.warning("spark stop: %s", e)
+        # Whatever an interrupted task left open is aborted now, not at the transaction timeout.
+        try:
+            fence_previous_layouts(self.cfg)
+        except KafkaException as e:
+            log.warning("could not fence shards at shutdown: %s", e.args[0].str())
+        self.stats.close()
+        shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _root_cause(error) -> str:
+    text = str(getattr(error, "desc", None) or error)
+    for marker in ("DataLossError: ", "RuntimeError: ", "KafkaException: ", "InjectedFault: "):
+        if marker in text:
+            return text.split(marker, 1)[1].splitlines()[0]
+    return text.splitlines()[0] if text else repr(error)
+
+
+def run(cfg: ReplicatorConfig, on_batch: Callable[[dict], None] | None = None) -> int:
+    job = Replicator(cfg, on_batch)
+    signal.signal(signal.SIGTERM, job.request_stop)
+    signal.signal(signal.SIGINT, job.request_stop)
+    try:
+        job.run()
+    except RuntimeFailure as e:
+        log.error("%s", e)
+        return 1
+    log.info("stopped cleanly", extra={"records_total": job.stats.records})
+    return 0

@@ -1,0 +1,84 @@
+"""confluent-kafka client factories: the settings exactly-once depends on, and user pass-through.
+
+User properties (`source:` / `target:` in the config: TLS, SASL, tuning) come first; the keys the
+guarantee rests on are set last and cannot be overridden (config validation rejects them).
+"""
+
+from __future__ import annotations
+
+from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
+from confluent_kafka.admin import AdminClient
+
+from replicator.config import ReplicatorConfig
+
+# Kafka 4 broker default for message.max.bytes is 1,048,588; librdkafka's client default is lower.
+_MAX_MESSAGE_BYTES = 64 * 1024 * 1024
+
+
+def source_admin(cfg: ReplicatorConfig) -> AdminClient:
+    return AdminClient({**cfg.source, "bootstrap.servers": cfg.source_bootstrap_servers})
+
+
+def target_admin(cfg: ReplicatorConfig) -> AdminClient:
+    return AdminClient({**cfg.target, "bootstrap.servers": cfg.target_bootstrap_servers})
+
+
+def source_consumer(cfg: ReplicatorConfig) -> Consumer:
+    """Reads assigned ranges only; never subscribes and never commits on the source."""
+    return Consumer({
+        "fetch.wait.max.ms": 100,
+        "fetch.max.bytes": 64 * 1024 * 1024,
+        "max.partition.fetch.bytes": 16 * 1024 * 1024,
+        "queued.max.messages.kbytes": 256 * 1024,
+        **cfg.source,
+        "bootstrap.servers": cfg.source_bootstrap_servers,
+        "group.id": f"{cfg.name}.source-reader",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        # An out-of-range start means retention overtook replication: surface it, never reset silently.
+        "auto.offset.reset": "error",
+    })
+
+
+def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Producer:
+    props = {
+        "linger.ms": 20,
+        "batch.size": 1024 * 1024,
+        "queue.buffering.max.messages": 1_000_000,
+        "queue.buffering.max.kbytes": 1024 * 1024,
+        "message.max.bytes": _MAX_MESSAGE_BYTES,
+        "compression.type": "none",
+        **cfg.target,
+        "bootstrap.servers": cfg.target_bootstrap_servers,
+        "enable.idempotence": True,
+        "acks": "all",
+    }
+    if transactional_id is not None:
+        props["transactional.id"] = transactional_id
+        props["transaction.timeout.ms"] = cfg.transaction_timeout_ms
+    return Producer(props)
+
+
+def group_reader(cfg: ReplicatorConfig) -> Consumer:
+    """A member-less handle on the fake group: reads its committed offsets, supplies its metadata."""
+    return Consumer({
+        **cfg.target,
+        "bootstrap.servers": cfg.target_bootstrap_servers,
+        "group.id": cfg.group,
+        "enable.auto.commit": False,
+        # Stable offsets only: pending transactional commits are waited for, never read.
+        "isolation.level": "read_committed",
+    })
+
+
+def is_fenced(err: KafkaError) -> bool:
+    return err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
+                          KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.INVALID_PRODUCER_ID_MAPPING)
+
+
+def kafka_error(exc: BaseException) -> KafkaError | None:
+    if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
+        return exc.args[0]
+    return None

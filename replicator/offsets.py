@@ -1,0 +1,98 @@
+"""The fake consumer group on the target: the single source of truth for what has been copied.
+
+Keyed by *target* topic-partition (the broker refuses offsets for partitions it does not have); the
+value is the NEXT source offset to copy. The commit metadata (<= 4 KiB by broker default) records the
+source cluster and topic, the shard layout that wrote it, and the last exact source->target offset
+pair, which consumer-group failover needs.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient
+
+from replicator.kafka_clients import kafka_error
+
+NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group holds nothing for the partition
+
+
+@dataclass(frozen=True)
+class CommitMetadata:
+    source_cluster: str
+    source_topic: str
+    shards: int
+    shard: int
+    source_offset: int = -1  # last copied source offset ...
+    target_offset: int = -1  # ... and where it landed on the target
+
+    def encode(self) -> str:
+        return json.dumps({"v": 1, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
+                           "s": self.shard, "so": self.source_offset, "to": self.target_offset},
+                          separators=(",", ":"))
+
+    @classmethod
+    def decode(cls, text: str | None) -> CommitMetadata | None:
+        if not text:
+            return None
+        try:
+            d = json.loads(text)
+            return cls(d["sc"], d["st"], int(d["n"]), int(d["s"]), int(d.get("so", -1)), int(d.get("to", -1)))
+        except (ValueError, KeyError, TypeError):
+            return None
+
+
+@dataclass(frozen=True)
+class Committed:
+    offset: int  # next source offset to copy; NO_OFFSET when nothing was ever committed
+    metadata: CommitMetadata | None
+
+
+def read_committed(reader: Consumer, target_tps: list[tuple[str, int]], timeout: float = 60.0
+                   ) -> dict[tuple[str, int], Committed]:
+    """Stable committed offsets via a member-less consumer (waits out pending transactional commits)."""
+    if not target_tps:
+        return {}
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            result = reader.committed([TopicPartition(t, p) for t, p in target_tps],
+                                      timeout=max(1.0, deadline - time.monotonic()))
+            break
+        except KafkaException as e:
+            err = kafka_error(e)
+            if err is None or not err.retriable() or time.monotonic() > deadline:
+                raise
+    out = {}
+    for tp in result:
+        if tp.error is not None:
+            raise KafkaException(tp.error)
+        out[(tp.topic, tp.partition)] = Committed(tp.offset, CommitMetadata.decode(tp.metadata))
+    return out
+
+
+def read_group(admin: AdminClient, group: str, timeout: float = 30.0) -> dict[tuple[str, int], Committed]:
+    """All stable offsets of the fake group (driver, `replicator lag`, `verify`)."""
+    from confluent_kafka import ConsumerGroupTopicPartitions
+
+    deadline = time.monotonic() + timeout
+    while True:
+        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], require_stable=True,
+                                                request_timeout=timeout)[group]
+        try:
+            result = fut.result()
+        except KafkaException as e:
+            err = kafka_error(e)
+            if err is not None and err.retriable() and time.monotonic() < deadline:
+                time.sleep(0.2)
+                continue
+            raise
+        tps = result.topic_partitions or []
+        if any(tp.error is not None for tp in tps) and time.monotonic() < deadline:
+            time.sleep(0.2)  # UNSTABLE_OFFSET_COMMIT: a transaction is being completed
+            continue
+        return {(tp.topic, tp.partition): Committed(tp.offset, CommitMetadata.decode(tp.metadata))
+                for tp in tps if tp.offset >= 0}

@@ -1,0 +1,250 @@
+"""Spark wiring: a Python streaming data source that plans micro-batches and a sink that copies them.
+
+Planning (driver): offsets are `{source_topic: {"partition": offset}}`. The first batch starts at the
+fake group's offsets on the target; every batch ends at the source's last stable offsets, cut down
+by admission control. `partitions()` turns a batch into one input partition per shard.
+
+Copying (executors): the reader emits one row per shard describing its ranges; the writer's task
+runs that shard's exactly-once copy (`shard_copy`) in the same Python worker that produces. Records
+therefore cross from the source consumer to the target producer without a round trip through the
+JVM; see the engine notes in README for the measurement behind that choice.
+
+The Spark checkpoint of a query only stores these plans; a run always uses a fresh one, because the
+writer resumes from the target's fake group whatever the plan says.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import socket
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+from confluent_kafka import TopicPartition
+from confluent_kafka.admin import OffsetSpec
+from pyspark.sql.datasource import (
+    DataSource,
+    DataSourceStreamReader,
+    DataSourceStreamWriter,
+    InputPartition,
+    WriterCommitMessage,
+)
+from pyspark.sql.types import IntegerType, StringType, StructField, StructType
+
+from replicator import kafka_clients
+from replicator.config import ReplicatorConfig
+from replicator.sharding import shard_of
+
+log = logging.getLogger(__name__)
+
+SCHEMA = StructType([StructField("shard", IntegerType(), False), StructField("ranges", StringType(), False)])
+Offsets = dict[str, dict[str, int]]
+
+
+class ReplicatorDataSource(DataSource):
+    @classmethod
+    def name(cls) -> str:
+        return "replicator"
+
+    def schema(self) -> StructType:
+        return SCHEMA
+
+    def streamReader(self, schema: StructType) -> DataSourceStreamReader:
+        return ReplicationPlanner(self.options)
+
+    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
+        return ShardWriter(self.options)
+
+
+@dataclass
+class ShardPlan(InputPartition):
+    shard: int
+    ranges: str  # JSON list of [source_topic, target_topic, partition, start, end]
+
+
+class ReplicationPlanner(DataSourceStreamReader):
+    """Runs in one long-lived Python process on the driver; state persists between calls."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.cfg = ReplicatorConfig.from_json(options["config"])
+        self.stop_flag = options.get("stop_flag", "")
+        self._admins = None
+        self._topics: dict[str, tuple[str, int]] = {}  # source -> (target, partitions)
+        self._refreshed = 0.0
+
+    # -- Kafka lookups ----------------------------------------------------------------------
+    def _clients(self):
+        if self._admins is None:
+            self._admins = (kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg))
+        return self._admins
+
+    def _refresh_topics(self, force: bool = False) -> None:
+        if not force and time.monotonic() - self._refreshed < self.cfg.refresh_topics_interval_seconds:
+            return
+        from replicator import topic_sync
+
+        source, target = self._clients()
+        found = topic_sync.discover(self.cfg, source)
+        mappings = topic_sync.ensure_target_topics(self.cfg, source, target, found)
+        self._topics = {m.source: (m.target, m.partitions) for m in mappings}
+        self._refreshed = time.monotonic()
+
+    def _list_offsets(self, spec_factory, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+        if not tps:
+            return {}
+        from confluent_kafka import IsolationLevel
+
+        source, _ = self._clients()
+        request = {TopicPartition(t, p): spec_factory() for t, p in tps}
+        futures = source.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
+                                      request_timeout=30)
+        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+
+    def _all_partitions(self) -> list[tuple[str, int]]:
+        return [(s, p) for s, (_, n) in sorted(self._topics.items()) for p in range(n)]
+
+    # -- Spark API ----------------------------------------------------------------------------
+    def initialOffset(self) -> Offsets:
+        from replicator.offsets import read_group
+
+        self._refresh_topics(force=True)
+        _, target = self._clients()
+        committed = read_group(target, self.cfg.group)
+        tps = self._all_partitions()
+        earliest = self._list_offsets(OffsetSpec.earliest, tps)
+        out: Offsets = {}
+        for s, p in tps:
+            c = committed.get((self._topics[s][0], p))
+            out.setdefault(s, {})[str(p)] = c.offset if c is not None else earliest[(s, p)]
+        return out
+
+    def latestOffset(self, start: Offsets, limit=None) -> Offsets:
+        if self.stop_flag and os.path.exists(self.stop_flag):
+            return start  # stopping: plan nothing new, let the running batch finish
+        self._refresh_topics()
+        tps = self._all_partitions()
+        latest = self._list_offsets(OffsetSpec.latest, tps)
+        new = [tp for tp in tps if str(tp[1]) not in start.get(tp[0], {})]
+        begin = {tp: start[tp[0]][str(tp[1])] for tp in tps if tp not in new}
+        begin.update(self._list_offsets(OffsetSpec.earliest, new))
+        return _admit(begin, latest, self.cfg.max_records_per_batch, _max_rows(limit))
+
+    def partitions(self, start: Offsets, end: Offsets) -> list[ShardPlan]:
+        by_shard: dict[int, list] = {}
+        for topic, ends in sorted(end.items()):
+            target = self._topics.get(topic, (None,))[0]
+            if target is None:
+                continue  # topic vanished from the selection
+            for p_str, e in ends.items():
+                p = int(p_str)
+                s = start.get(topic, {}).get(p_str, -1)
+                if e > s:
+                    shard = shard_of(topic, p, self.cfg.shard_count)
+                    by_shard.setdefault(shard, []).append([topic, target, p, s, e])
+        return [ShardPlan(shard, json.dumps(ranges)) for shard, ranges in sorted(by_shard.items())]
+
+    def read(self, partition: ShardPlan) -> Iterator[tuple[int, str]]:
+        yield (partition.shard, partition.ranges)
+
+    def commit(self, end: Offsets) -> None:
+        pass  # the truth was committed on the target, in the writers' transactions
+
+
+def _max_rows(limit) -> int | None:
+    return getattr(limit, "max_rows", None)
+
+
+def _admit(begin: dict[tuple[str, int], int], latest: dict[tuple[str, int], int], budget: int,
+           spark_limit: int | None = None) -> Offsets:
+    """End offsets for the next batch: everything available, at most `budget` offsets in total,
+    shared fairly between lagging partitions so none starves."""
+    if spark_limit is not None:
+        budget = min(budget, spark_limit)
+    lag = {tp: max(0, latest[tp] - begin[tp]) for tp in begin}
+    grant = {tp: 0 for tp in begin}
+    pending = {tp for tp, n in lag.items() if n > 0}
+    while pending and budget > 0:
+        share = max(1, budget // len(pending))
+        for tp in sorted(pending):
+            take = min(share, lag[tp] - grant[tp], budget)
+            grant[tp] += take
+            budget -= take
+            if grant[tp] >= lag[tp]:
+                pending.discard(tp)
+            if budget <= 0:
+                break
+    out: Offsets = {}
+    for (topic, p), b in begin.items():
+        out.setdefault(topic, {})[str(p)] = b + grant[(topic, p)]
+    return out
+
+
+@dataclass
+class ShardCommitMessage(WriterCommitMessage):
+    stats: dict
+
+
+class ShardWriter(DataSourceStreamWriter):
+    """`write` runs on executors; `commit`/`abort` on the driver with the successful attempts' stats."""
+
+    def __init__(self, options: dict[str, str]) -> None:
+        self.config_json = options["config"]
+        self.stats_addr = options.get("stats_addr", "")
+
+    def write(self, iterator: Iterator) -> ShardCommitMessage:
+        from pyspark import TaskContext
+
+        from replicator.shard_copy import CopyRange, ShardCopier, fault_for_attempt
+
+        cfg = ReplicatorConfig.from_json(self.config_json)
+        ctx = TaskContext.get()
+        fault = fault_for_attempt(ctx.attemptNumber() if ctx else 0)
+        total: dict = {}
+        for row in iterator:
+            ranges = [CopyRange(*r) for r in json.loads(row.ranges)]
+            stats = ShardCopier(cfg, row.shard, fault).copy(ranges).to_dict()
+            total = _merge(total, stats)
+        return ShardCommitMessage(total)
+
+    def commit(self, messages: list, batchId: int) -> None:
+        merged: dict = {}
+        for m in messages:
+            if m is not None:
+                merged = _merge(merged, m.stats)
+        if self.stats_addr and merged:
+            _send_stats(self.stats_addr, {"batch": batchId, **merged})
+
+    def abort(self, messages: list, batchId: int) -> None:
+        # Nothing to undo: a failed attempt's committed transactions are real and recorded in the
+        # fake group; the retry resumes after them.
+        log.warning("micro-batch %s aborted by Spark; the next attempt resumes from the target", batchId)
+
+
+def _merge(a: dict, b: dict) -> dict:
+    if not a:
+        return json.loads(json.dumps(b))
+    out = dict(a)
+    for k, v in b.items():
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out[k] = out.get(k, 0) + v
+        elif isinstance(v, list):
+            out[k] = out.get(k, []) + v
+        elif isinstance(v, dict):
+            parts = dict(out.get(k, {}))
+            for pk, (records, nbytes, nxt, ts) in v.items():
+                prev = parts.get(pk, [0, 0, 0, 0.0])
+                parts[pk] = [prev[0] + records, prev[1] + nbytes, max(prev[2], nxt), max(prev[3], ts)]
+            out[k] = parts
+    return out
+
+
+def _send_stats(addr: str, payload: dict) -> None:
+    host, port = addr.rsplit(":", 1)
+    try:
+        with socket.create_connection((host, int(port)), timeout=5) as sock:
+            sock.sendall(json.dumps(payload).encode() + b"\n")
+    except OSError as e:  # metrics must never fail a batch whose data is committed
+        log.warning("could not report batch stats to the driver: %s", e)
