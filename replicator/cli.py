@@ -11,7 +11,33 @@ from replicator import __version__
 from replicator.sandbox import DEFAULT_KAFKA_VERSION, Sandbox, kafka_jars
 
 
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+class _LazyGroup(click.Group):
+    """Subcommands living in their own modules, imported only when used (keeps `--help` fast and
+    each concept in its module)."""
+
+    lazy = {
+        "demo": "replicator.demo:demo",
+        "lag": "replicator.lag_command:lag",
+        "topics": "replicator.topics_command:topics",
+        "verify": "replicator.verify:verify",
+    }
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted([*super().list_commands(ctx), *self.lazy])
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy:
+            import importlib
+
+            module, attr = self.lazy[name].split(":")
+            try:
+                return getattr(importlib.import_module(module), attr)
+            except ImportError:
+                return None
+        return super().get_command(ctx, name)
+
+
+@click.group(cls=_LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})
 @click.version_option(__version__, prog_name="replicator")
 def main() -> None:
     """Exactly-once cross-cluster Kafka replication as a Spark Structured Streaming job."""

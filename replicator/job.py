@@ -14,6 +14,7 @@ import threading
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Protocol
 
 from confluent_kafka import KafkaException
 
@@ -28,6 +29,15 @@ PROGRESS_INTERVAL_S = 5.0
 
 class RuntimeFailure(RuntimeError):
     """A failure while running (exit code 1): the message says what and where."""
+
+
+class JobObserver(Protocol):
+    """What metrics, health checks and progress displays get to see of a run."""
+
+    def on_start(self, job: Replicator) -> None: ...  # query started; job.spark, job.query usable
+    def on_batch(self, stats: dict) -> None: ...  # a committed micro-batch's merged writer stats
+    def on_lag(self, lags: list) -> None: ...  # list[PartitionLag], every PROGRESS_INTERVAL_S
+    def on_stop(self) -> None: ...
 
 
 def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
@@ -145,13 +155,19 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path):
 class Replicator:
     """One run of the job, from pre-flight to a clean stop."""
 
-    def __init__(self, cfg: ReplicatorConfig, on_batch: Callable[[dict], None] | None = None) -> None:
+    def __init__(self, cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> None:
         self.cfg = cfg
+        self.observers = list(observers or [])
         self.stop_requested = threading.Event()
         self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
-        self.stats = BatchStats(on_batch)
+        self.stats = BatchStats(self._on_batch)
         self.mappings: list[topic_sync.TopicMapping] = []
+        self.spark = None
         self.query = None
+
+    def _on_batch(self, stats: dict) -> None:
+        for o in self.observers:
+            o.on_batch(stats)
 
     def request_stop(self, *_args) -> None:
         if not self.stop_requested.is_set():
@@ -164,7 +180,7 @@ class Replicator:
         log.info("starting", extra={"job": self.cfg.name, "group": self.cfg.group,
                                     "shards": self.cfg.shard_count, "master": self.cfg.spark_master,
                                     "topics": len(self.mappings)})
-        spark = spark_session(self.cfg, self.scratch)
+        spark = self.spark = spark_session(self.cfg, self.scratch)
         try:
             from replicator.spark_source import ReplicatorDataSource
 
@@ -177,6 +193,8 @@ class Replicator:
                           .option("checkpointLocation", str(self.scratch / "checkpoint"))
                           .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
                           .queryName(self.cfg.name).start())
+            for o in self.observers:
+                o.on_start(self)
             self._watch()
         finally:
             self._shutdown(spark)
@@ -198,6 +216,8 @@ class Replicator:
                 except KafkaException as e:
                     lag, lags = -1, []
                     log.warning("lag lookup failed: %s", e.args[0].str())
+                for o in self.observers:
+                    o.on_lag(lags)
                 rate = (self.stats.records - last_records) / PROGRESS_INTERVAL_S
                 last_records = self.stats.records
                 log.info("progress: %d records copied (%.0f/s), lag %s offsets over %d partitions, %d batches",
@@ -215,6 +235,8 @@ class Replicator:
         self.query.stop()
 
     def _shutdown(self, spark) -> None:
+        for o in self.observers:
+            o.on_stop()
         try:
             spark.stop()
         except Exception as e:  # noqa: BLE001 - shutdown continues whatever Spark says
@@ -236,8 +258,8 @@ def _root_cause(error) -> str:
     return text.splitlines()[0] if text else repr(error)
 
 
-def run(cfg: ReplicatorConfig, on_batch: Callable[[dict], None] | None = None) -> int:
-    job = Replicator(cfg, on_batch)
+def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> int:
+    job = Replicator(cfg, observers)
     signal.signal(signal.SIGTERM, job.request_stop)
     signal.signal(signal.SIGINT, job.request_stop)
     try:

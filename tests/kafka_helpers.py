@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -39,3 +39,68 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
         return out
     finally:
         consumer.close()
+
+
+def fake_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
+    from confluent_kafka.admin import AdminClient
+
+    from replicator.offsets import read_group
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    return {tp: c.offset for tp, c in read_group(admin, group).items()}
+
+
+def end_offsets(bootstrap: str, topic: str, partitions: int, committed: bool = True) -> dict[int, int]:
+    from confluent_kafka import IsolationLevel
+    from confluent_kafka.admin import AdminClient, OffsetSpec
+
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
+    level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+    return {tp.partition: f.result().offset for tp, f in admin.list_offsets(req, isolation_level=level).items()}
+
+
+def record_view(m) -> tuple:
+    """What must survive replication: key, value, headers (order, duplicates) and timestamp."""
+    return (m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1])
+
+
+def assert_identical(source_bs: str, target_bs: str, topic: str, partitions: int, target_topic: str | None = None):
+    src = read_all(source_bs, topic, partitions)
+    dst = read_all(target_bs, target_topic or topic, partitions)
+    for p in range(partitions):
+        a = [record_view(m) for m in src[p]]
+        b = [record_view(m) for m in dst[p]]
+        assert len(b) == len(a), f"partition {p}: source has {len(a)} records, target {len(b)}"
+        assert a == b, f"partition {p}: target differs from source (first diff at " \
+                       f"{next(i for i, (x, y) in enumerate(zip(a, b, strict=True)) if x != y)})"
+    return sum(len(v) for v in src.values())
+
+
+def produce_transactional(bootstrap: str, topic: str, records: list[tuple], txn_id: str,
+                          per_txn: int = 1000, abort_every: int = 0) -> int:
+    """Produces (partition, key, value, headers, timestamp) tuples in transactions; every
+    `abort_every`-th transaction is aborted. Returns the number of committed records."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 10})
+    producer.init_transactions(60)
+    committed = 0
+    for n, i in enumerate(range(0, len(records), per_txn), start=1):
+        chunk = records[i:i + per_txn]
+        producer.begin_transaction()
+        for partition, key, value, headers, ts in chunk:
+            while True:
+                try:
+                    producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
+                                     timestamp=ts)
+                    break
+                except BufferError:
+                    producer.poll(0.1)
+        # Kafka 4.1 (transaction.version 2) + librdkafka 2.16: ending a transaction with records
+        # still in flight fails with INVALID_TXN_STATE; flushing first avoids it.
+        producer.flush(60)
+        if abort_every and n % abort_every == 0:
+            producer.abort_transaction(60)
+        else:
+            producer.commit_transaction(60)
+            committed += len(chunk)
+    return committed

@@ -7,6 +7,7 @@ started, so `down` stops exactly that process and nothing else.
 from __future__ import annotations
 
 import base64
+import contextlib
 import os
 import signal
 import socket
@@ -209,10 +210,8 @@ class KafkaCluster:
             text = self.log_file.read_text(errors="replace").splitlines()
         except OSError:
             text = []
-        try:
+        with contextlib.suppress(OSError):
             text += (self.dir / "logs" / "stdout.log").read_text(errors="replace").splitlines()[-10:]
-        except OSError:
-            pass
         return "\n".join(text[-lines:])
 
     def stop(self, timeout: float = 30.0) -> None:
@@ -250,10 +249,8 @@ class KafkaCluster:
 
     @staticmethod
     def _reap(pid: int) -> None:
-        try:
+        with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
 
 
 class Sandbox:

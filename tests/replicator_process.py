@@ -1,0 +1,88 @@
+"""Runs the real `replicator run` command as a child process (its own process group) for tests."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+BIN = Path(sys.executable).with_name("replicator")
+
+
+class ReplicatorProcess:
+    def __init__(self, sandbox, topics: str, name: str, log_path: Path, *extra: str,
+                 env: dict[str, str] | None = None, source=None, target=None) -> None:
+        source = source or sandbox.source
+        target = target or sandbox.target
+        self.args = [str(BIN), "run", "--source-bootstrap-servers", source.bootstrap,
+                     "--target-bootstrap-servers", target.bootstrap, "--topics", topics,
+                     "--name", name, "--metrics-port", "0", *extra]
+        self.env = {**os.environ, **(env or {})}
+        self.log_path = log_path
+        self.proc: subprocess.Popen | None = None
+
+    def start(self) -> ReplicatorProcess:
+        log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
+        # A new session, so signals reach only what the test means to hit (the driver or its group).
+        self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
+                                     start_new_session=True)
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def sigterm(self, timeout: float = 120.0) -> int:
+        """Clean stop of the driver only (as Kubernetes does to PID 1); returns the exit code."""
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self.sigkill()
+            raise AssertionError(f"replicator did not stop within {timeout}s of SIGTERM") from None
+
+    def sigkill(self) -> None:
+        """Crash: the driver and everything it started (Spark JVM, Python workers) die at once."""
+        if self.proc is None:
+            return
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        self.proc.wait(30)
+
+    def wait(self, timeout: float) -> int:
+        assert self.proc is not None
+        return self.proc.wait(timeout)
+
+    def __enter__(self) -> ReplicatorProcess:
+        return self.start()
+
+    def __exit__(self, *exc) -> None:
+        if self.running():
+            self.sigkill()
+
+
+def wait_until(predicate: Callable[[], bool], timeout: float, what: str, proc: ReplicatorProcess | None = None,
+               interval: float = 1.0) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        if proc is not None and not proc.running():
+            raise AssertionError(f"replicator exited ({proc.proc.returncode}) while waiting for {what}:\n"
+                                 f"{proc.log()[-4000:]}")
+        time.sleep(interval)
+    tail = proc.log()[-4000:] if proc is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
