@@ -1,0 +1,512 @@
+"""`replicator verify`: an independent audit of a replication on live clusters.
+
+Written with kafka-python, a second client implementation from the librdkafka one that copies the
+data, so a bug shared by the writer and its checker cannot hide itself. Both sides are read
+read_committed. For every replicated partition the fake group on the target says how far the copy
+has committed: source records [log start, committed) must equal, one for one and in order, the
+target records [log start, last target offset in the commit metadata]. Anything after that is
+still being copied and is not judged.
+
+Memory stays bounded: each side is streamed and compared as 8-byte digests of (key, value, headers,
+timestamp). Only a partition that diverges is read a second time, into two arrays of digests, to
+count duplicates, missing, extra and reordered records.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+import time
+from array import array
+from bisect import bisect_left
+from collections import Counter
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+import click
+
+from replicator.cli import _load_config, connection_options
+from replicator.config import ReplicatorConfig
+from replicator.offsets import CommitMetadata
+from replicator.replication_policy import policy_for
+from replicator.topic_filter import TopicFilter
+
+STALL_TIMEOUT_S = 60.0
+SETTLE_TIMEOUT_S = 30.0  # how long --quiesced waits for transaction markers still being written
+_OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
+# librdkafka property -> kafka-python setting; the rest (tuning) has no meaning for the audit.
+_CLIENT_KEYS = {
+    "security.protocol": "security_protocol",
+    "sasl.mechanism": "sasl_mechanism",
+    "sasl.mechanisms": "sasl_mechanism",
+    "sasl.username": "sasl_plain_username",
+    "sasl.password": "sasl_plain_password",
+    "ssl.ca.location": "ssl_cafile",
+    "ssl.certificate.location": "ssl_certfile",
+    "ssl.key.location": "ssl_keyfile",
+    "ssl.key.password": "ssl_password",
+    "client.id": "client_id",
+}
+
+
+class VerifyError(RuntimeError):
+    """The audit itself could not run (unreachable cluster, stalled read): exit code 1."""
+
+
+def client_settings(props: Mapping[str, str], bootstrap: str) -> dict[str, Any]:
+    out: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "request_timeout_ms": 30_000}
+    for key, value in props.items():
+        if key in _CLIENT_KEYS:
+            out[_CLIENT_KEYS[key]] = value.upper() if key == "security.protocol" else value
+    return out
+
+
+def digest(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None,
+           timestamp: int) -> int:
+    """8 bytes standing for everything replication must preserve of one record."""
+    h = hashlib.blake2b(digest_size=8)
+    for part in (key, value):
+        h.update(b"\x00" if part is None else b"\x01" + len(part).to_bytes(4, "big") + part)
+    for hk, hv in headers or ():
+        name = hk.encode() if isinstance(hk, str) else hk
+        h.update(b"\x02" + len(name).to_bytes(4, "big") + name)
+        h.update(b"\x00" if hv is None else b"\x01" + len(hv).to_bytes(4, "big") + hv)
+    h.update(b"\x03" + int(timestamp).to_bytes(8, "big", signed=True))
+    return int.from_bytes(h.digest(), "big")
+
+
+def value_digest(value: bytes | None) -> int:
+    return int.from_bytes(hashlib.blake2b(value or b"", digest_size=8).digest(), "big")
+
+
+@dataclass
+class GroundTruth:
+    """What a test harness knows about the source: values of aborted transactions (must never be
+    visible) and values the producer saw acknowledged (must all arrive once fully replicated)."""
+
+    aborted: set[int] = field(default_factory=set)
+    acked: set[int] = field(default_factory=set)
+
+    @classmethod
+    def load(cls, path: str | Path) -> GroundTruth:
+        """JSON lines: `{"aborted": "<value>"}` or VerifiableProducer's `producer_send_success` lines."""
+        truth = cls()
+        with open(path) as f:
+            for line in f:
+                line = line.strip()
+                if not line.startswith("{"):
+                    continue
+                row = json.loads(line)
+                if "aborted" in row:
+                    truth.aborted.add(value_digest(str(row["aborted"]).encode()))
+                elif row.get("name") == "producer_send_success":
+                    truth.acked.add(value_digest(str(row["value"]).encode()))
+        return truth
+
+
+@dataclass
+class PartitionReport:
+    source_topic: str
+    target_topic: str
+    partition: int
+    committed: int  # next source offset per the fake group; -1 when nothing was committed yet
+    source_end: int  # source last stable offset
+    target_bound: int  # exclusive target offset the committed range ends at
+    lso: int = -1
+    hw: int = -1
+    source_records: int = 0
+    target_records: int = 0
+    duplicates: int = 0
+    missing: int = 0
+    extra: int = 0
+    reordered: int = 0
+    aborted_visible: int = 0
+    first_divergence: dict | None = None
+    note: str = ""
+
+    @property
+    def lag(self) -> int:
+        return max(0, self.source_end - max(self.committed, 0))
+
+    @property
+    def open_transaction(self) -> bool:
+        return self.lso < self.hw
+
+    def violations(self) -> list[str]:
+        where = f"{self.target_topic}[{self.partition}]"
+        out = [f"{where}: {n} {what}" for n, what in (
+            (self.duplicates, "duplicate records"), (self.missing, "missing records"),
+            (self.extra, "records that are not on the source"), (self.reordered, "records out of order"),
+            (self.aborted_visible, "records from aborted source transactions")) if n]
+        if self.first_divergence and not out:
+            out.append(f"{where}: target differs from source at {self.first_divergence}")
+        return out
+
+
+@dataclass
+class Report:
+    source: str
+    target: str
+    group: str
+    partitions: list[PartitionReport] = field(default_factory=list)
+    open_transactions: list[dict] = field(default_factory=list)
+    hanging_transactions: list[dict] = field(default_factory=list)
+    lost_acked: int | None = None  # None: not checked (replication not caught up, or no ground truth)
+    violations: list[str] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return not self.violations
+
+    def to_dict(self) -> dict:
+        parts = []
+        for p in self.partitions:
+            d = asdict(p)
+            d.update(lag=p.lag, open_transaction=p.open_transaction, lso_equals_hw=p.lso == p.hw)
+            parts.append(d)
+        totals = {k: sum(getattr(p, k) for p in self.partitions) for k in (
+            "source_records", "target_records", "duplicates", "missing", "extra", "reordered",
+            "aborted_visible", "lag")}
+        return {"ok": self.ok, "source": self.source, "target": self.target, "group": self.group,
+                "totals": totals, "partitions": parts, "open_transactions": self.open_transactions,
+                "hanging_transactions": self.hanging_transactions, "lost_acked": self.lost_acked,
+                "violations": self.violations}
+
+
+class _Side:
+    """One cluster seen through kafka-python: an admin client and a read_committed reader."""
+
+    def __init__(self, role: str, cfg: ReplicatorConfig) -> None:
+        from kafka import KafkaAdminClient, KafkaConsumer
+        from kafka.errors import KafkaError
+
+        self.role = role
+        bootstrap = getattr(cfg, f"{role}_bootstrap_servers")
+        settings = client_settings(getattr(cfg, role), bootstrap)
+        try:
+            self.admin = KafkaAdminClient(**settings)
+            self.consumer = KafkaConsumer(**settings, group_id=None, enable_auto_commit=False,
+                                          isolation_level="read_committed", max_poll_records=5000,
+                                          auto_offset_reset="none")
+            self.topics = self._describe_topics()
+        except KafkaError as e:
+            raise VerifyError(f"cannot reach the {role} cluster at {bootstrap}: {e}") from None
+
+    def _describe_topics(self) -> dict[str, int]:
+        meta = self.admin.describe_topics()
+        return {t["name"]: len(t["partitions"]) for t in meta if not t.get("error_code")}
+
+    def offsets(self, tps: list, committed: bool) -> dict:
+        from kafka import IsolationLevel, OffsetSpec
+
+        if not tps:
+            return {}
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        result = self.admin.list_partition_offsets({tp: OffsetSpec.LATEST for tp in tps}, isolation_level=level)
+        return {tp: r.offset for tp, r in result.items()}
+
+    def starts(self, tps: list) -> dict:
+        from kafka import OffsetSpec
+
+        if not tps:
+            return {}
+        return {tp: r.offset for tp, r in
+                self.admin.list_partition_offsets({tp: OffsetSpec.EARLIEST for tp in tps}).items()}
+
+    def read(self, tp, start: int, end: int, on_records=None) -> Iterator:
+        """Committed records of `tp` with offsets in [start, end)."""
+        if start >= end:
+            return
+        self.consumer.assign([tp])
+        self.consumer.seek(tp, start)
+        last_progress = time.monotonic()
+        while True:
+            batch = self.consumer.poll(timeout_ms=500).get(tp, [])
+            for r in batch:
+                if r.offset >= end:
+                    return
+                yield r
+            if on_records and batch:
+                on_records(len(batch))
+            if self.consumer.position(tp) >= end:
+                return
+            if batch:
+                last_progress = time.monotonic()
+            elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
+                raise VerifyError(f"reading {self.role} {tp.topic}[{tp.partition}] stalled at offset "
+                                  f"{self.consumer.position(tp)} (bound {end}) for {STALL_TIMEOUT_S:.0f}s")
+
+    def close(self) -> None:
+        self.consumer.close()
+        self.admin.close()
+
+
+def _record_digest(r) -> int:
+    return digest(r.key, r.value, r.headers, r.timestamp)
+
+
+def _lis_length(seq: Iterable[int]) -> int:
+    tails: list[int] = []
+    for x in seq:
+        i = bisect_left(tails, x)
+        if i == len(tails):
+            tails.append(x)
+        else:
+            tails[i] = x
+    return len(tails)
+
+
+def classify(source: array, target: array) -> dict[str, int]:
+    """Counts of what separates two digest sequences that should be identical."""
+    cs, ct = Counter(source), Counter(target)
+    missing = sum(max(0, n - ct.get(d, 0)) for d, n in cs.items())
+    duplicates = sum(max(0, n - cs[d]) for d, n in ct.items() if d in cs)
+    extra = sum(n for d, n in ct.items() if d not in cs)
+    # Order: the k-th target copy of a digest maps to its k-th source position; whatever is not on
+    # the longest increasing run of those positions was delivered out of order.
+    positions: dict[int, list[int]] = {}
+    for i, d in enumerate(source):
+        positions.setdefault(d, []).append(i)
+    used: Counter = Counter()
+    mapped = []
+    for d in target:
+        where = positions.get(d)
+        if where and used[d] < len(where):
+            mapped.append(where[used[d]])
+            used[d] += 1
+    reordered = len(mapped) - _lis_length(mapped)
+    return {"missing": missing, "duplicates": duplicates, "extra": extra, "reordered": reordered}
+
+
+class Auditor:
+    def __init__(self, cfg: ReplicatorConfig, truth: GroundTruth | None = None, quiesced: bool = False,
+                 require_caught_up: bool = False, progress: bool = True) -> None:
+        self.cfg = cfg
+        self.truth = truth
+        self.quiesced = quiesced
+        self.require_caught_up = require_caught_up
+        self.progress = progress
+
+    def run(self) -> Report:
+        from kafka import TopicPartition
+
+        cfg = self.cfg
+        report = Report(cfg.source_bootstrap_servers, cfg.target_bootstrap_servers, cfg.group)
+        source = _Side("source", cfg)
+        target = _Side("target", cfg)
+        try:
+            plan = self._plan(source, target)
+            src_tps = [TopicPartition(s, p) for s, _, p in plan]
+            dst_tps = [TopicPartition(t, p) for _, t, p in plan]
+            group = self._group(target)  # read first: the prefix it names cannot change afterwards
+            source_ends = source.offsets(src_tps, committed=True)
+            source_starts, target_starts = source.starts(src_tps), target.starts(dst_tps)
+            for (s, t, p), stp, dtp in zip(plan, src_tps, dst_tps, strict=True):
+                committed, meta = group.get((t, p), (-1, None))
+                report.partitions.append(PartitionReport(
+                    s, t, p, committed, source_ends[stp], self._target_bound(committed, meta, target, dtp)))
+            self._compare_all(report, source, target, source_starts, target_starts)
+            self._transactions(report, target, dst_tps)
+            self._judge(report)
+        finally:
+            source.close()
+            target.close()
+        return report
+
+    def _plan(self, source: _Side, target: _Side) -> list[tuple[str, str, int]]:
+        topic_filter = TopicFilter(self.cfg.topics, self.cfg.topics_exclude)
+        policy = policy_for(self.cfg)
+        plan = []
+        for name, count in sorted(source.topics.items()):
+            if not topic_filter.accepts(name) or policy.is_remote(name):
+                continue
+            target_name = policy.target_topic(name)
+            have = target.topics.get(target_name, 0)
+            plan += [(name, target_name, p) for p in range(min(count, have))]
+        return plan
+
+    def _group(self, target: _Side) -> dict[tuple[str, int], tuple[int, CommitMetadata | None]]:
+        from kafka.errors import KafkaError
+
+        try:
+            offsets = target.admin.list_group_offsets(self.cfg.group).get(self.cfg.group, {})
+        except KafkaError as e:
+            raise VerifyError(f"cannot read the offsets group {self.cfg.group!r} on the target: {e}") from None
+        return {(tp.topic, tp.partition): (om.offset, CommitMetadata.decode(om.metadata))
+                for tp, om in offsets.items() if om.offset >= 0}
+
+    @staticmethod
+    def _target_bound(committed: int, meta: CommitMetadata | None, target: _Side, tp) -> int:
+        if committed < 0:
+            return 0
+        if meta is not None:
+            return meta.target_offset + 1 if meta.target_offset >= 0 else 0
+        # No metadata (a group not written by this replicator): judge everything committed so far.
+        return target.offsets([tp], committed=True)[tp]
+
+    def _compare_all(self, report: Report, source: _Side, target: _Side, source_starts: dict,
+                     target_starts: dict) -> None:
+        from kafka import TopicPartition
+
+        work = sum(max(0, p.committed - source_starts[TopicPartition(p.source_topic, p.partition)]) +
+                   max(0, p.target_bound - target_starts[TopicPartition(p.target_topic, p.partition)])
+                   for p in report.partitions if p.committed >= 0)
+        seen_acked: set[int] = set()
+        with click.progressbar(length=max(work, 1), label="verifying", file=sys.stderr,
+                               hidden=not self.progress) as bar:
+            for p in report.partitions:
+                if p.committed < 0:
+                    p.note = "nothing committed in the offsets group yet"
+                    continue
+                stp, dtp = TopicPartition(p.source_topic, p.partition), TopicPartition(p.target_topic, p.partition)
+                src = (source, stp, source_starts[stp], p.committed)
+                dst = (target, dtp, target_starts[dtp], p.target_bound)
+                if source_starts[stp] > 0:
+                    p.note = f"source log starts at {source_starts[stp]} (retention): compared from there"
+                self._compare(p, src, dst, bar.update, seen_acked)
+        if self.truth is not None and self.truth.acked:
+            caught_up = all(p.committed >= p.source_end for p in report.partitions)
+            report.lost_acked = len(self.truth.acked - seen_acked) if caught_up else None
+
+    def _compare(self, p: PartitionReport, src: tuple, dst: tuple, tick, seen_acked: set[int]) -> None:
+        """One streaming pass in lockstep; a second pass into digest arrays only on divergence."""
+        aborted = self.truth.aborted if self.truth else set()
+        acked = self.truth.acked if self.truth else set()
+        src_side, stp, s0, s1 = src
+        dst_side, dtp, t0, t1 = dst
+        s_iter, t_iter = src_side.read(stp, s0, s1, tick), dst_side.read(dtp, t0, t1, tick)
+        diverged = False
+        while True:
+            a, b = next(s_iter, None), next(t_iter, None)
+            if a is None and b is None:
+                break
+            if b is not None:
+                p.target_records += 1
+                vd = value_digest(b.value)
+                if vd in aborted:
+                    p.aborted_visible += 1
+                if vd in acked:
+                    seen_acked.add(vd)
+            if a is not None:
+                p.source_records += 1
+            if not diverged and (a is None or b is None or _record_digest(a) != _record_digest(b)):
+                diverged = True
+                p.first_divergence = {"source_offset": a.offset if a else None,
+                                      "target_offset": b.offset if b else None}
+        if diverged:
+            s_digests = array("Q", (_record_digest(r) for r in src_side.read(stp, s0, s1)))
+            t_digests = array("Q", (_record_digest(r) for r in dst_side.read(dtp, t0, t1)))
+            for k, v in classify(s_digests, t_digests).items():
+                setattr(p, k, v)
+
+    def _transactions(self, report: Report, target: _Side, tps: list) -> None:
+        """LSO vs HW per partition, and the target's open and hanging transactions (KIP-664)."""
+        deadline = time.monotonic() + (SETTLE_TIMEOUT_S if self.quiesced else 0)
+        while True:
+            lso, hw = target.offsets(tps, committed=True), target.offsets(tps, committed=False)
+            if all(lso[tp] == hw[tp] for tp in tps) or time.monotonic() >= deadline:
+                break
+            time.sleep(0.5)
+        by_tp = {(tp.topic, tp.partition): tp for tp in tps}
+        for p in report.partitions:
+            tp = by_tp[(p.target_topic, p.partition)]
+            p.lso, p.hw = lso[tp], hw[tp]
+        prefix = f"{self.cfg.name}-shard-"
+        listings = [t for rows in target.admin.list_transactions().values() for t in rows
+                    if t.transactional_id.startswith(prefix)]
+        described = target.admin.describe_transactions([t.transactional_id for t in listings]) if listings else {}
+        now_ms = time.time() * 1000
+        active: dict[int, tuple[str, set]] = {}
+        for txn_id, d in sorted(described.items()):
+            if d.state.value not in _OPEN_STATES:
+                continue
+            parts = sorted(f"{tp.topic}[{tp.partition}]" for tp in d.topic_partitions)
+            row = {"transactional_id": txn_id, "state": d.state.value, "producer_id": d.producer_id,
+                   "age_ms": int(now_ms - d.transaction_start_time_ms), "timeout_ms": d.transaction_timeout_ms,
+                   "partitions": parts}
+            report.open_transactions.append(row)
+            active[d.producer_id] = (txn_id, {(tp.topic, tp.partition) for tp in d.topic_partitions})
+            if d.transaction_start_time_ms > 0 and row["age_ms"] > d.transaction_timeout_ms + 60_000:
+                report.hanging_transactions.append({**row, "reason": "older than its transaction timeout"})
+        # A partition holding an open transaction its coordinator no longer knows about is hanging:
+        # nothing will ever write its marker, and read_committed readers stop at it forever.
+        for tp, state in (target.admin.describe_producers(tps).items() if tps else []):
+            for prod in state.active_producers:
+                if prod.current_transaction_start_offset < 0:
+                    continue
+                owner = active.get(prod.producer_id)
+                if owner is None or (tp.topic, tp.partition) not in owner[1]:
+                    report.hanging_transactions.append({
+                        "partition": f"{tp.topic}[{tp.partition}]", "producer_id": prod.producer_id,
+                        "producer_epoch": prod.producer_epoch,
+                        "start_offset": prod.current_transaction_start_offset,
+                        "reason": "open on the partition, unknown to its transaction coordinator"})
+
+    def _judge(self, report: Report) -> None:
+        v = report.violations
+        for p in report.partitions:
+            v += p.violations()
+            if self.quiesced and p.open_transaction:
+                v.append(f"{p.target_topic}[{p.partition}]: last stable offset {p.lso} < high watermark {p.hw} "
+                         f"with the replicator stopped")
+            if self.require_caught_up and p.lag:
+                v.append(f"{p.target_topic}[{p.partition}]: offsets group at {p.committed}, source end "
+                         f"{p.source_end}")
+        for h in report.hanging_transactions:
+            v.append(f"hanging transaction: {h}")
+        if self.quiesced:
+            v += [f"open transaction with the replicator stopped: {t}" for t in report.open_transactions]
+        if report.lost_acked:
+            v.append(f"{report.lost_acked} values acknowledged to the source producer are not on the target")
+
+
+
+def _summary(report: Report) -> str:
+    d = report.to_dict()
+    t = d["totals"]
+    lines = [f"offsets group {report.group!r}: {len(report.partitions)} partitions, "
+             f"{t['source_records']} source records compared with {t['target_records']} target records",
+             f"  duplicates {t['duplicates']}, missing {t['missing']}, extra {t['extra']}, "
+             f"reordered {t['reordered']}, from aborted transactions {t['aborted_visible']}",
+             f"  not yet replicated: {t['lag']} source offsets; partitions with LSO < HW: "
+             f"{sum(1 for p in report.partitions if p.open_transaction)}",
+             f"  open transactions: {len(report.open_transactions)}, hanging: {len(report.hanging_transactions)}"]
+    if report.lost_acked is not None:
+        lines.append(f"  acknowledged source values missing on the target: {report.lost_acked}")
+    lines += [f"  note {p.target_topic}[{p.partition}]: {p.note}" for p in report.partitions if p.note]
+    lines += [f"VIOLATION {v}" for v in report.violations]
+    lines.append("OK: the target holds exactly the source's committed records" if report.ok else
+                 f"FAILED: {len(report.violations)} violations")
+    return "\n".join(lines)
+
+
+@click.command()
+@connection_options
+@click.option("--ground-truth", type=click.Path(exists=True, dir_okay=False),
+              help="JSON lines: {\"aborted\": VALUE} (must never be visible) and VerifiableProducer "
+                   "producer_send_success lines (must all arrive once replication caught up).")
+@click.option("--quiesced", is_flag=True,
+              help="The replicator is stopped: any open transaction or LSO < HW on the target is a violation.")
+@click.option("--require-caught-up", is_flag=True,
+              help="Offsets group behind the source's end is a violation (source producers stopped).")
+@click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
+@click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a tty).")
+def verify(config_file: str | None, ground_truth: str | None, quiesced: bool, require_caught_up: bool,
+           fmt: str, progress: bool | None, **flags) -> None:
+    """Audit a replication: compare source and target record by record up to the offsets group.
+
+    Exit 0 when the target holds exactly the source's committed records, 1 on any violation or when
+    a cluster cannot be read, 2 on invalid configuration."""
+    cfg = _load_config(config_file, flags)
+    truth = GroundTruth.load(ground_truth) if ground_truth else None
+    show = sys.stderr.isatty() if progress is None else progress
+    try:
+        report = Auditor(cfg, truth, quiesced, require_caught_up, show).run()
+    except VerifyError as e:
+        click.echo(f"error: {e}", err=True)
+        sys.exit(1)
+    click.echo(json.dumps(report.to_dict(), indent=2) if fmt == "json" else _summary(report))
+    sys.exit(0 if report.ok else 1)
