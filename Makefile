@@ -42,7 +42,7 @@ chaos: $(STAMP) jars
 	$(BIN)/pytest -q -m chaos tests
 
 bench: $(STAMP) jars
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(BENCH_ARGS)
 
 sandbox-up: $(STAMP) jars
 	$(BIN)/replicator sandbox up

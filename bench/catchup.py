@@ -1,0 +1,98 @@
+"""Catch-up: a preloaded topic, a contender started cold, first->last record visible on the target."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import asdict, dataclass
+
+from bench import kafka_ops
+from bench.contenders import ConsumerPerf, Contender, Job, parse_consumer_perf
+
+POLL_S = 0.1
+
+
+@dataclass
+class CatchUp:
+    contender: str
+    size: int
+    records: int
+    run: int
+    ok: bool
+    records_per_s: float = 0.0
+    mb_per_s: float = 0.0
+    cpu_s_per_gb: float = 0.0
+    first_visible_s: float = 0.0  # launch -> first record visible (start-up cost, not in the rate)
+    measured_records: int = 0  # records counted in the rate: those after the first visible batch
+    peak_rss_mb: float = 0.0
+    error: str = ""
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp:
+    result = CatchUp(contender.key, job.size, job.records, run, ok=False)
+    if not contender.copies:
+        return _measure_reader(contender, job, result, timeout)
+    ends = kafka_ops.CommittedEnds(job.target, job.replica, job.partitions)
+    launched = time.monotonic()
+    tree = contender.launch(job)
+    first = None  # (time, visible, cpu)
+    try:
+        while True:
+            now = time.monotonic()
+            cpu, _ = tree.sample()
+            visible = ends.total()
+            if first is None and visible > 0:
+                first = (now, visible, cpu)
+            if visible >= job.records:
+                break
+            if now - launched > timeout:
+                result.error = f"timed out after {timeout:.0f}s with {visible} of {job.records} visible"
+                return result
+            if not tree.running() and tree.proc.returncode != 0:
+                result.error = f"exited {tree.proc.returncode} with {visible} visible: {tree.tail(8)}"
+                return result
+            time.sleep(POLL_S)
+        t0, n0, cpu0 = first
+        n = job.records - n0
+        if n <= 0 or now <= t0:
+            result.error = "everything became visible at once: no rate to measure"
+            return result
+        result.ok = True
+        result.first_visible_s = t0 - launched
+        result.measured_records = n
+        result.records_per_s = n / (now - t0)
+        result.mb_per_s = result.records_per_s * job.size / 1e6
+        result.cpu_s_per_gb = (cpu - cpu0) / (n * job.size / 1e9)
+        return result
+    finally:
+        tree.stop()
+        result.peak_rss_mb = tree.peak_rss / 2**20
+
+
+def _measure_reader(contender: Contender, job: Job, result: CatchUp, timeout: float) -> CatchUp:
+    assert isinstance(contender, ConsumerPerf)
+    launched = time.monotonic()
+    tree = contender.launch(job)
+    cpu = 0.0
+    try:
+        while tree.running() and time.monotonic() - launched < timeout:
+            cpu, _ = tree.sample()
+            time.sleep(POLL_S)
+    finally:
+        tree.stop()
+    parsed = parse_consumer_perf(tree.log.read_text(errors="replace"))
+    result.peak_rss_mb = tree.peak_rss / 2**20
+    if tree.proc.returncode != 0 or parsed is None:
+        result.error = f"exited {tree.proc.returncode}: {tree.tail(8)}"
+        return result
+    seconds, rate = parsed
+    result.ok = True
+    result.records_per_s = rate
+    result.mb_per_s = rate * job.size / 1e6
+    result.measured_records = job.records
+    # The whole JVM's CPU (start-up included): an upper bound for a reader.
+    result.cpu_s_per_gb = cpu / (job.records * job.size / 1e9)
+    result.first_visible_s = time.monotonic() - launched - seconds
+    return result

@@ -1,0 +1,214 @@
+"""Every contender, started the same way: on one source topic, into a fresh target topic of its run.
+
+`tag` is unique per run and ends up in every name a contender creates (replica topic, MM2 internal
+topics, job name), so runs never see each other's state and a restart with the same tag resumes.
+"""
+
+from __future__ import annotations
+
+import re
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from bench import kafka_ops
+from bench.proctree import Tree
+from replicator.sandbox import classpath
+
+JAVA_HEAP = ["-Xms256m", "-Xmx1g"]
+# The same producer batching for every copier: ours (kafka_clients.target_producer) and MM2's.
+PRODUCER_TUNING = {"linger.ms": "20", "batch.size": "1048576"}
+
+
+@dataclass(frozen=True)
+class Job:
+    source: str  # bootstrap
+    target: str
+    topic: str  # source topic
+    partitions: int
+    records: int
+    size: int
+    tag: str
+    logdir: Path
+    extra_args: tuple[str, ...] = field(default=())
+
+    @property
+    def replica(self) -> str:
+        return f"{self.tag}.{self.topic}"
+
+    def log(self, what: str) -> Path:
+        return self.logdir / f"{self.tag}-{what}.log"
+
+
+class Contender:
+    key = ""
+    label = ""
+    copies = True  # writes the source topic's records to job.replica; False: a read-only ceiling
+
+    def launch(self, job: Job) -> Tree:
+        raise NotImplementedError
+
+
+class Replicator(Contender):
+    def __init__(self, guarantee: str) -> None:
+        self.guarantee = guarantee
+        short = "eos" if guarantee == "exactly-once" else "alo"
+        self.key, self.label = f"replicator-{short}", f"replicator {guarantee}"
+
+    def launch(self, job: Job) -> Tree:
+        cmd = [str(Path(sys.executable).with_name("replicator")), "run",
+               "--source-bootstrap-servers", job.source, "--target-bootstrap-servers", job.target,
+               "--topics", re.escape(job.topic), "--name", f"bench-{job.tag}", "--metrics-port", "0",
+               "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
+               *job.extra_args]
+        return Tree(cmd, job.log(self.key))
+
+
+class BareLoop(Contender):
+    """The engine's per-shard transaction loop (ShardCopier) in one Python process, no Spark."""
+
+    key, label = "bare-python-eos", "bare Python loop exactly-once (no Spark)"
+
+    def launch(self, job: Job) -> Tree:
+        cmd = [sys.executable, "-m", "bench.bare_loop", "--source", job.source, "--target", job.target,
+               "--topic", job.topic, "--alias", job.tag]
+        return Tree(cmd, job.log(self.key), env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+
+class MirrorMaker(Contender):
+    """MirrorMaker 2 in dedicated mode (org.apache.kafka.connect.mirror.MirrorMaker)."""
+
+    def __init__(self, exactly_once: bool, tasks: int) -> None:
+        self.eos, self.tasks = exactly_once, tasks
+        self.key = "mm2-eos" if exactly_once else "mm2-alo"
+        self.label = f"MirrorMaker 2 {'exactly-once' if exactly_once else 'at-least-once'}"
+
+    def properties(self, job: Job, rest_port: int) -> str:
+        a = job.tag  # source cluster alias: prefixes the replica and MM2's internal topics
+        lines = {
+            "clusters": f"{a}, tgt",
+            f"{a}.bootstrap.servers": job.source,
+            "tgt.bootstrap.servers": job.target,
+            f"{a}->tgt.enabled": "true",
+            f"tgt->{a}.enabled": "false",
+            f"{a}->tgt.topics": re.escape(job.topic),
+            "tasks.max": str(self.tasks),
+            "refresh.topics.interval.seconds": "5",
+            "refresh.groups.enabled": "false",
+            "sync.topic.configs.enabled": "false",
+            "sync.topic.acls.enabled": "false",
+            "emit.heartbeats.enabled": "false",
+            "emit.checkpoints.enabled": "false",
+            "sync.group.offsets.enabled": "false",
+            "offset-syncs.topic.location": "target",
+            "offset.flush.interval.ms": "1000",
+            # Single-broker sandbox.
+            "replication.factor": "1",
+            "offset-syncs.topic.replication.factor": "1",
+            "checkpoints.topic.replication.factor": "1",
+            "heartbeats.topic.replication.factor": "1",
+            "offset.storage.replication.factor": "1",
+            "status.storage.replication.factor": "1",
+            "config.storage.replication.factor": "1",
+            # Same reading and batching as ours: read_committed source, 20 ms linger, 1 MiB batches.
+            f"{a}.consumer.isolation.level": "read_committed",
+            f"{a}.consumer.max.poll.records": "10000",
+            f"{a}.consumer.fetch.max.bytes": str(64 * 1024 * 1024),
+            f"{a}.consumer.max.partition.fetch.bytes": str(16 * 1024 * 1024),
+            **{f"tgt.producer.{k}": v for k, v in PRODUCER_TUNING.items()},
+            "tgt.producer.buffer.memory": str(256 * 1024 * 1024),
+            "tgt.producer.enable.idempotence": "true",
+            "tgt.producer.max.in.flight.requests.per.connection": "5",
+            # KIP-710: the internal REST server a dedicated cluster needs to forward task configs.
+            "dedicated.mode.enable.internal.rest": "true",
+            "listeners": f"http://127.0.0.1:{rest_port}",
+        }
+        if self.eos:
+            lines["tgt.exactly.once.source.support"] = "enabled"  # KIP-618
+        return "".join(f"{k} = {v}\n" for k, v in lines.items())
+
+    def launch(self, job: Job) -> Tree:
+        props = job.logdir / f"{job.tag}-mm2.properties"
+        props.write_text(self.properties(job, _free_port()))
+        log4j = job.logdir / "mm2-log4j2.properties"
+        log4j.write_text(_LOG4J2.format(log=job.log(self.key + "-app")))
+        cmd = ["java", *JAVA_HEAP, "-XX:+UseG1GC", f"-Dlog4j2.configurationFile={log4j}",
+               "-cp", classpath(), "org.apache.kafka.connect.mirror.MirrorMaker", str(props),
+               "--clusters", "tgt"]
+        return Tree(cmd, job.log(self.key))
+
+
+class ProducerPerf(Contender):
+    """Kafka's ProducerPerformance into the target: what the target takes from one fast producer."""
+
+    copies = True
+
+    def __init__(self, transactional: bool) -> None:
+        self.txn = transactional
+        self.key = "produce-txn" if transactional else "produce"
+        self.label = f"ProducerPerformance{' transactional' if transactional else ''} (ceiling)"
+
+    def launch(self, job: Job) -> Tree:
+        kafka_ops.create_topic(job.target, job.replica, job.partitions)
+        props = [f"bootstrap.servers={job.target}", "acks=all", "enable.idempotence=true",
+                 "buffer.memory=268435456", *(f"{k}={v}" for k, v in PRODUCER_TUNING.items())]
+        cmd = ["java", *JAVA_HEAP, "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
+               "--topic", job.replica, "--num-records", str(job.records), "--record-size", str(job.size),
+               "--throughput", "-1", "--producer-props", *props]
+        if self.txn:
+            # Transactions about as long as the replicator's under load (200k records or 10 s, ~2 s).
+            cmd += ["--transactional-id", f"pp-{job.tag}", "--transaction-duration-ms", "2000"]
+        return Tree(cmd, job.log(self.key))
+
+
+class ConsumerPerf(Contender):
+    """Kafka's ConsumerPerformance from the source: what the source gives one fast reader."""
+
+    key, label, copies = "consume", "ConsumerPerformance read_committed (ceiling)", False
+
+    def launch(self, job: Job) -> Tree:
+        conf = job.logdir / f"{job.tag}-consumer.properties"
+        conf.write_text("isolation.level=read_committed\nfetch.max.bytes=67108864\n"
+                        "max.partition.fetch.bytes=16777216\nauto.offset.reset=earliest\n")
+        cmd = ["java", *JAVA_HEAP, "-cp", classpath(), "org.apache.kafka.tools.ConsumerPerformance",
+               "--bootstrap-server", job.source, "--topic", job.topic, "--messages", str(job.records),
+               "--group", f"cp-{job.tag}", "--timeout", "120000", "--consumer.config", str(conf)]
+        return Tree(cmd, job.log(self.key))
+
+
+def parse_consumer_perf(output: str) -> tuple[float, float] | None:
+    """(fetch seconds, records/s) from ConsumerPerformance's result line (rebalance time excluded)."""
+    for line in reversed(output.splitlines()):
+        cols = [c.strip() for c in line.split(",")]
+        if len(cols) >= 10:
+            try:
+                return float(cols[7]) / 1000, float(cols[9])
+            except ValueError:
+                continue
+    return None
+
+
+def all_contenders(tasks: int) -> list[Contender]:
+    return [Replicator("exactly-once"), Replicator("at-least-once"), BareLoop(),
+            MirrorMaker(True, tasks), MirrorMaker(False, tasks), ProducerPerf(True), ProducerPerf(False),
+            ConsumerPerf()]
+
+
+def _free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+_LOG4J2 = """\
+status = warn
+appender.file.type = File
+appender.file.name = FILE
+appender.file.fileName = {log}
+appender.file.layout.type = PatternLayout
+appender.file.layout.pattern = [%d] %p %m (%c)%n
+rootLogger.level = INFO
+rootLogger.appenderRef.file.ref = FILE
+"""

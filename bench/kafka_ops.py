@@ -1,0 +1,74 @@
+"""Admin-side helpers: topics, committed end offsets (what a read_committed consumer can see), preload."""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+import time
+from pathlib import Path
+
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from replicator.sandbox import classpath
+
+
+def admin(bootstrap: str) -> AdminClient:
+    return AdminClient({"bootstrap.servers": bootstrap})
+
+
+def create_topic(bootstrap: str, name: str, partitions: int) -> None:
+    fut = admin(bootstrap).create_topics([NewTopic(name, partitions, 1)])[name]
+    try:
+        fut.result(timeout=60)
+    except KafkaException as e:
+        if "TOPIC_ALREADY_EXISTS" not in str(e):
+            raise
+
+
+def delete_topics(bootstrap: str, tag: str) -> None:
+    """Deletes every topic whose name contains `tag` (a run's replica and MM2's internal topics)."""
+    a = admin(bootstrap)
+    names = [t for t in a.list_topics(timeout=30).topics if tag in t]
+    for fut in a.delete_topics(names, operation_timeout=60).values() if names else []:
+        with contextlib.suppress(KafkaException):  # already gone
+            fut.result(timeout=60)
+
+
+def topic_exists(bootstrap: str, name: str) -> bool:
+    return name in admin(bootstrap).list_topics(timeout=30).topics
+
+
+class CommittedEnds:
+    """Sum of the last stable offsets of a topic: how many records a read_committed reader can see
+    (on a topic written only by one contender, from offset 0; markers are counted, see visible())."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        self.admin = admin(bootstrap)
+        self.topic, self.partitions = topic, partitions
+
+    def ends(self, committed: bool = True) -> dict[int, int]:
+        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
+        req = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in range(self.partitions)}
+        try:
+            futs = self.admin.list_offsets(req, isolation_level=level, request_timeout=10)
+            return {tp.partition: f.result().offset for tp, f in futs.items()}
+        except KafkaException:
+            return {}  # topic not created yet, or leader moving
+
+    def total(self, committed: bool = True) -> int:
+        return sum(self.ends(committed).values())
+
+
+def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int, log: Path) -> float:
+    """Fills a fresh source topic with ProducerPerformance (random payloads, no keys): the fastest
+    loader on the box, so preloading stays a small part of a run. Returns seconds taken."""
+    create_topic(bootstrap, topic, partitions)
+    started = time.monotonic()
+    cmd = ["java", "-Xmx512m", "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
+           "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
+           "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=20",
+           "batch.size=1048576", "buffer.memory=268435456"]
+    with open(log, "ab") as out:
+        subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=True, timeout=1800)
+    return time.monotonic() - started

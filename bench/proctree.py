@@ -1,0 +1,70 @@
+"""Contender processes: started in their own session, measured as a tree, stopped by process group."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+import psutil
+
+
+class Tree:
+    """One started command and all its descendants (Spark JVM, Python workers, ...)."""
+
+    def __init__(self, cmd: list[str], log: Path, env: dict[str, str] | None = None) -> None:
+        self.cmd = cmd
+        self.log = log
+        with open(log, "ab") as out:
+            self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                         env={**os.environ, **(env or {})}, start_new_session=True)
+        self.root = psutil.Process(self.proc.pid)
+        self.peak_rss = 0
+        self._dead_cpu: dict[int, float] = {}
+
+    def members(self) -> list[psutil.Process]:
+        try:
+            return [self.root, *self.root.children(recursive=True)]
+        except psutil.NoSuchProcess:
+            return []
+
+    def sample(self) -> tuple[float, int]:
+        """(CPU seconds of the tree so far, RSS bytes now); updates the peak RSS.
+
+        A descendant that exited keeps the CPU of its last sample (children_* times are not used:
+        they would count a reaped child twice); only work between two samples can be missed."""
+        rss = 0
+        for p in self.members():
+            with contextlib.suppress(psutil.Error):
+                t = p.cpu_times()
+                self._dead_cpu[p.pid] = t.user + t.system
+                rss += p.memory_info().rss
+        self.peak_rss = max(self.peak_rss, rss)
+        return sum(self._dead_cpu.values()), rss
+
+    def running(self) -> bool:
+        return self.proc.poll() is None
+
+    def kill(self) -> None:
+        """SIGKILL to the whole process group (what a crash or an OOM kill does)."""
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(self.proc.pid, signal.SIGKILL)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            self.proc.wait(30)
+
+    def stop(self, grace: float = 0.0) -> None:
+        """SIGTERM to the root only (as Kubernetes does) and up to `grace` s to exit, then SIGKILL
+        to the group so nothing it started outlives it."""
+        if grace > 0 and self.running():
+            self.proc.send_signal(signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                self.proc.wait(grace)
+        self.kill()
+
+    def tail(self, lines: int = 30) -> str:
+        try:
+            return "\n".join(self.log.read_text(errors="replace").splitlines()[-lines:])
+        except OSError:
+            return ""

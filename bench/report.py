@@ -1,0 +1,168 @@
+"""BENCHMARKS.md and the throughput chart from bench/results.json."""
+
+from __future__ import annotations
+
+import os
+import platform
+import statistics
+import subprocess
+from pathlib import Path
+
+from bench.contenders import all_contenders
+
+LABELS = {c.key: c.label for c in all_contenders(2)}
+ORDER = list(LABELS)
+
+
+def machine() -> dict:
+    cpu = ""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    mem = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    java = subprocess.run(["java", "-version"], capture_output=True, text=True).stderr.splitlines()
+    from confluent_kafka import libversion
+
+    from replicator.sandbox import DEFAULT_KAFKA_VERSION
+    return {"cpu": cpu, "cores": os.cpu_count(), "memory_gib": round(mem, 1), "kernel": platform.release(),
+            "python": platform.python_version(), "java": java[0] if java else "",
+            "kafka": DEFAULT_KAFKA_VERSION, "librdkafka": libversion()[0]}
+
+
+def _ok(rows: list[dict], key: str, size: int) -> list[dict]:
+    return [r for r in rows if r["contender"] == key and r["size"] == size and r["ok"]]
+
+
+def median_rate(rows: list[dict], key: str, size: int) -> float | None:
+    ok = _ok(rows, key, size)
+    return statistics.median(r["records_per_s"] for r in ok) if ok else None
+
+
+def paired_ratio(rows: list[dict], a: str, b: str, size: int) -> tuple[float | None, list[float]]:
+    """Median over runs of rate(a)/rate(b), each ratio taken within one interleaved run."""
+    ra = {r["run"]: r["records_per_s"] for r in _ok(rows, a, size)}
+    rb = {r["run"]: r["records_per_s"] for r in _ok(rows, b, size)}
+    ratios = [ra[k] / rb[k] for k in sorted(ra) if k in rb and rb[k] > 0]
+    return (statistics.median(ratios) if ratios else None), ratios
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "n/a" if x is None else format(x, spec)
+
+
+def chart(doc: dict, path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    rows = doc["catchup"]
+    sizes = sorted({r["size"] for r in rows}, reverse=True)
+    keys = [k for k in ORDER if any(r["contender"] == k for r in rows)]
+    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 5), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        meds, lo, hi = [], [], []
+        for k in keys:
+            vals = [r["mb_per_s"] for r in _ok(rows, k, size)]
+            m = statistics.median(vals) if vals else 0
+            meds.append(m)
+            lo.append(m - min(vals) if vals else 0)
+            hi.append(max(vals) - m if vals else 0)
+        colors = ["tab:blue" if k.startswith(("replicator", "bare")) else
+                  "tab:orange" if k.startswith("mm2") else "tab:gray" for k in keys]
+        ax.barh(range(len(keys)), meds, xerr=[lo, hi], color=colors)
+        ax.set_yticks(range(len(keys)), [LABELS[k] for k in keys], fontsize=8)
+        ax.invert_yaxis()
+        ax.set_xlabel("MB/s of payload (median, min-max whiskers)")
+        n = max((r["records"] for r in rows if r["size"] == size), default=0)
+        ax.set_title(f"catch-up, {n:,} x {size} B, 8 partitions")
+        for i, m in enumerate(meds):
+            rps = median_rate(rows, keys[i], size)
+            ax.text(m, i, f" {_fmt(m, '.0f')} MB/s, {_fmt(rps, ',.0f')} rec/s", va="center", fontsize=7)
+    fig.suptitle(f"{doc['machine']['cores']} cores, {doc['runs']} interleaved runs, {doc['started']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def tables(doc: dict) -> list[str]:
+    rows = doc["catchup"]
+    out = []
+    for size in sorted({r["size"] for r in rows}, reverse=True):
+        n = max(r["records"] for r in rows if r["size"] == size)
+        out += [f"### Catch-up, {n:,} records x {size} B, {doc['partitions']} partitions", "",
+                "| contender | records/s | MB/s | CPU s/GB | peak RSS MiB | start-up to first record s | "
+                "vs MM2 EOS | vs txn produce ceiling | runs ok |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for k in ORDER:
+            all_runs = [r for r in rows if r["contender"] == k and r["size"] == size]
+            if not all_runs:
+                continue
+            ok = _ok(rows, k, size)
+
+            def med(f: str, ok: list[dict] = ok) -> float | None:
+                return statistics.median(r[f] for r in ok) if ok else None
+            vs_mm2, _ = paired_ratio(rows, k, "mm2-eos", size)
+            vs_txn, _ = paired_ratio(rows, k, "produce-txn", size)
+            out.append(f"| {LABELS[k]} | {_fmt(med('records_per_s'), ',.0f')} | {_fmt(med('mb_per_s'), '.1f')} | "
+                       f"{_fmt(med('cpu_s_per_gb'), '.1f')} | {_fmt(med('peak_rss_mb'), '.0f')} | "
+                       f"{_fmt(med('first_visible_s'), '.1f')} | {_fmt(vs_mm2)} | {_fmt(vs_txn)} | "
+                       f"{len(ok)}/{len(all_runs)} |")
+        out.append("")
+    return out
+
+
+def steady_tables(doc: dict) -> list[str]:
+    if not doc["steady"] and not doc["restart"]:
+        return []
+    out = ["### Steady state (1 KiB records, fixed produce rates, latency = source CreateTime -> delivered "
+           "to a read_committed consumer on the target)", "",
+           "| contender | rate rec/s | p50 s (median of runs) | p99 s (median of runs) | bounded lag in runs |",
+           "|---|---:|---:|---:|---:|"]
+    keys = [k for k in ORDER if any(s["contender"] == k for s in doc["steady"])]
+    for k in keys:
+        for rate in sorted({s["rate"] for s in doc["steady"] if s["contender"] == k}):
+            xs = [s for s in doc["steady"] if s["contender"] == k and s["rate"] == rate]
+            p50 = statistics.median(s["p50_s"] for s in xs)
+            p99 = statistics.median(s["p99_s"] for s in xs)
+            out.append(f"| {LABELS[k]} | {rate:,} | {p50:.3f} | {p99:.3f} | "
+                       f"{sum(s['bounded'] for s in xs)}/{len(xs)} |")
+    out += ["", "### Restart (SIGKILL of the whole process tree under load -> first new committed record "
+            "on the target)", "", "| contender | restart s (median) | runs | peak RSS MiB (steady + restart) |",
+            "|---|---:|---|---:|"]
+    for k in [k for k in ORDER if any(r["contender"] == k for r in doc["restart"])]:
+        xs = [r for r in doc["restart"] if r["contender"] == k]
+        ok = [r["restart_s"] for r in xs if "restart_s" in r]
+        out.append(f"| {LABELS[k]} | {_fmt(statistics.median(ok) if ok else None, '.1f')} | "
+                   f"{', '.join(f'{x:.1f}' for x in ok)} ({len(ok)}/{len(xs)} ok) | "
+                   f"{max(r.get('peak_rss_mb', 0) for r in xs):.0f} |")
+    out.append("")
+    return out
+
+
+def write(doc: dict, md: Path, png: Path) -> None:
+    chart(doc, png)
+    m = doc["machine"]
+    loads = [x[1] for x in doc["load"]]
+    head = [
+        "# Benchmarks", "",
+        "Generated by `make bench` (`bench/run.py`) from `bench/results.json`; method and analysis below.",
+        "", f"- command: `{doc['command']}`",
+        f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python "
+        f"{m['python']}, {m['java']}, Kafka {m['kafka']} (both sandbox clusters: one KRaft broker each, "
+        f"512 MiB heap, same box), librdkafka {m['librdkafka']}",
+        f"- when: {doc['started']} .. {doc.get('finished', '?')}; {doc['runs']} interleaved runs"
+        + (" (--quick smoke run)" if doc["quick"] else ""),
+        f"- 1-minute load average at the start of each measurement: min {min(loads, default=0):.2f}, "
+        f"median {statistics.median(loads) if loads else 0:.2f}, max {max(loads, default=0):.2f} "
+        f"(2 cores; other engineers' Spark tests shared the machine)",
+        "", "![throughput by contender and record size](bench/throughput.png)", "",
+    ]
+    marker = "<!-- analysis -->"
+    old = md.read_text() if md.exists() else ""
+    analysis = old[old.index(marker):] if marker in old else f"{marker}\n"
+    md.write_text("\n".join(head + tables(doc) + steady_tables(doc)) + "\n" + analysis)

@@ -1,0 +1,140 @@
+"""`make bench`: every contender on the same sandbox clusters, interleaved run by run, then the report.
+
+    .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--no-steady] [--no-restart]
+
+Run r measures contender A, B, C ... for every record size before run r+1 starts (A B C A B C ...),
+so a slow minute on this shared machine hits every contender alike and the ratios stay meaningful.
+Results go to bench/results.json after every measurement and to BENCHMARKS.md + bench/throughput.png
+at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from pathlib import Path
+
+from bench import catchup, kafka_ops, report, steady
+from bench.contenders import Job, all_contenders
+from replicator.sandbox import Sandbox
+
+ROOT = Path(__file__).resolve().parents[1]
+RESULTS = ROOT / "bench" / "results.json"
+PARTITIONS = 8
+FULL_SIZES = [(1024, 1_000_000), (100, 2_000_000)]
+QUICK_SIZES = [(1024, 200_000), (100, 400_000)]
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--quick", action="store_true", help="small record counts, one run: a smoke test")
+    p.add_argument("--runs", type=int, help="interleaved runs per contender (default 3, quick 1)")
+    p.add_argument("--only", help="comma-separated contender keys (default: all)")
+    p.add_argument("--sizes", help="comma-separated SIZExCOUNT, e.g. 1024x1000000,100x2000000")
+    p.add_argument("--tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (default 2: our shards)")
+    p.add_argument("--no-catchup", action="store_true")
+    p.add_argument("--no-steady", action="store_true")
+    p.add_argument("--steady-step-s", type=float, help="seconds per steady-state rate step")
+    p.add_argument("--max-rate", type=float, help="100%% rate of the steady-state steps (records/s of 1 KiB); "
+                                                  "default: this run's replicator exactly-once catch-up median")
+    p.add_argument("--timeout", type=float, default=900.0, help="per catch-up measurement")
+    p.add_argument("--no-report", action="store_true", help="keep BENCHMARKS.md as it is")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    runs = args.runs or (1 if args.quick else 3)
+    sizes = ([tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")] if args.sizes
+             else QUICK_SIZES if args.quick else FULL_SIZES)
+    contenders = all_contenders(args.tasks)
+    if args.only:
+        keys = args.only.split(",")
+        contenders = [c for c in contenders if c.key in keys]
+    box = Sandbox()
+    started_box = not (box.source.running() and box.target.running())
+    box.up()
+    logdir = box.source.root / "bench-logs" / time.strftime("%Y%m%d-%H%M%S")
+    logdir.mkdir(parents=True, exist_ok=True)
+    stamp = f"{int(time.time()) % 100000:05d}"
+    doc = {"command": " ".join([".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
+           "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
+           "quick": args.quick, "partitions": PARTITIONS, "catchup": [], "steady": [], "restart": [],
+           "load": []}
+    seq = 0
+
+    def job(topic: str, size: int, records: int, **kw) -> Job:
+        nonlocal seq
+        seq += 1
+        return Job(box.source.bootstrap, box.target.bootstrap, topic, PARTITIONS, records, size,
+                   f"x{stamp}{seq:03d}", logdir, **kw)
+
+    def save() -> None:
+        RESULTS.write_text(json.dumps(doc, indent=1))
+
+    print(f"logs: {logdir}", flush=True)
+    try:
+        if not args.no_catchup:
+            topics = {size: _preloaded(box, size, records, logdir) for size, records in sizes}
+            for run in range(1, runs + 1):
+                for size, records in sizes:
+                    for c in contenders:
+                        j = job(topics[size], size, records)
+                        doc["load"].append([time.time(), *os.getloadavg()])
+                        r = catchup.measure(c, j, run, args.timeout)
+                        kafka_ops.delete_topics(j.target, j.tag)
+                        doc["catchup"].append(r.to_dict())
+                        save()
+                        status = (f"{r.records_per_s:10.0f} rec/s {r.mb_per_s:7.1f} MB/s "
+                                  f"{r.cpu_s_per_gb:6.1f} CPU-s/GB rss {r.peak_rss_mb:5.0f} MiB"
+                                  if r.ok else f"FAILED: {r.error}")
+                        print(f"run {run} {size:5d} B {c.key:16} {status}  load {os.getloadavg()[0]:.2f}",
+                              flush=True)
+        if not args.no_steady:
+            max_rate = args.max_rate or report.median_rate(doc["catchup"], "replicator-eos", 1024) or 20_000
+            step = args.steady_step_s or (10.0 if args.quick else 20.0)
+            steady_contenders = [c for c in contenders if c.key in steady.CONTENDERS]
+            for run in range(1, runs + 1):
+                for c in steady_contenders:
+                    j = job(f"steady-{stamp}-{seq + 1:03d}", 1024, 0)
+                    doc["load"].append([time.time(), *os.getloadavg()])
+                    s, r = steady.measure(c, j, run, max_rate, step)
+                    kafka_ops.delete_topics(j.target, j.tag)
+                    kafka_ops.delete_topics(j.source, j.topic)
+                    doc["steady"] += s
+                    doc["restart"].append(r)
+                    save()
+                    for x in s:
+                        print(f"run {run} steady {c.key:16} {x['rate']:8.0f}/s p50 {x['p50_s']:.3f}s "
+                              f"p99 {x['p99_s']:.3f}s lag {x['lag_end']:7d} bounded {x['bounded']}", flush=True)
+                    print(f"run {run} restart {c.key:16} {r.get('restart_s')} s rss {r.get('peak_rss_mb'):.0f} MiB "
+                          f"{r.get('error', '')}", flush=True)
+    finally:
+        doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
+        save()
+        if started_box:
+            box.down()
+    if not args.no_report:
+        report.write(doc, ROOT / "BENCHMARKS.md", ROOT / "bench" / "throughput.png")
+    return 0
+
+
+def _preloaded(box: Sandbox, size: int, records: int, logdir: Path) -> str:
+    """The source topic of a record size, loaded once and reused by every run and later invocations."""
+    topic = f"bench-{size}b-{records}"
+    ends = kafka_ops.CommittedEnds(box.source.bootstrap, topic, PARTITIONS)
+    have = ends.total() if kafka_ops.topic_exists(box.source.bootstrap, topic) else 0
+    if have != records:
+        if have:
+            kafka_ops.delete_topics(box.source.bootstrap, topic)
+            time.sleep(2)
+        took = kafka_ops.preload(box.source.bootstrap, topic, PARTITIONS, records, size, logdir / "preload.log")
+        print(f"preloaded {records} x {size} B into {topic} in {took:.1f}s", flush=True)
+    return topic
+
+
+if __name__ == "__main__":
+    sys.exit(main())

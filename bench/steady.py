@@ -1,0 +1,149 @@
+"""Steady state (fixed produce rates: end-to-end latency, bounded lag) and restart (SIGKILL -> first
+new committed record) for one contender on a fresh source topic of 1 KiB records."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from array import array
+from pathlib import Path
+
+from confluent_kafka import Consumer, TopicPartition
+
+from bench import kafka_ops
+from bench.contenders import Contender, Job
+from bench.proctree import Tree
+
+CONTENDERS = ("replicator-eos", "replicator-alo", "mm2-eos")
+FRACTIONS = (0.25, 0.5, 0.75, 1.0)
+BOUNDED_LAG_S = 2.0  # lag at the end of a step within this many seconds of input counts as bounded
+READY_TIMEOUT_S = 240.0
+DRAIN_S = 20.0
+RESTART_TIMEOUT_S = 240.0
+
+
+class Watcher(threading.Thread):
+    """A read_committed consumer on the replica: when each record became visible, and how late."""
+
+    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+        super().__init__(daemon=True, name="watcher")
+        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
+        self.ts = array("d")  # source CreateTime, seconds
+        self.seen = array("d")  # wall time the record was delivered here
+        self.stop_flag = threading.Event()
+        self.probe: dict[int, int] | None = None  # partition -> offset a "new" record reaches
+        self.probe_hit: float | None = None
+
+    def run(self) -> None:
+        while not kafka_ops.topic_exists(self.bootstrap, self.topic):
+            if self.stop_flag.wait(0.5):
+                return
+        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-watcher", "enable.auto.commit": False,
+                      "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+        c.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        try:
+            while not self.stop_flag.is_set():
+                msgs = c.consume(10_000, 0.05)
+                now = time.time()
+                for m in msgs:
+                    if m.error() is not None:
+                        continue
+                    self.ts.append(m.timestamp()[1] / 1000)
+                    self.seen.append(now)
+                    probe = self.probe
+                    if probe is not None and self.probe_hit is None and m.offset() >= probe.get(m.partition(), 0):
+                        self.probe_hit = now
+        finally:
+            c.close()
+
+    def count(self) -> int:
+        return len(self.seen)
+
+    def latencies(self, t0: float, t1: float) -> list[float]:
+        return sorted(s - t for t, s in zip(self.ts, self.seen, strict=False) if t0 <= t < t1)
+
+
+def _load(job: Job, rate: float, seconds: float) -> Tree:
+    cmd = [sys.executable, "-m", "bench.load", "--bootstrap", job.source, "--topic", job.topic,
+           "--size", str(job.size), "--rate", str(rate), "--seconds", str(seconds)]
+    return Tree(cmd, job.log("load"), env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+
+
+def _pct(xs: list[float], q: float) -> float:
+    return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
+
+
+def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: float) -> tuple[list[dict], dict]:
+    kafka_ops.create_topic(job.source, job.topic, job.partitions)
+    source = kafka_ops.CommittedEnds(job.source, job.topic, job.partitions)
+    target = kafka_ops.CommittedEnds(job.target, job.replica, job.partitions)
+    watcher = Watcher(job.target, job.replica, job.partitions)
+    watcher.start()
+    tree = contender.launch(job)
+    steps: list[dict] = []
+    restart: dict = {"contender": contender.key, "run": run}
+    trees = [tree]
+    try:
+        warm = _load(job, 100, READY_TIMEOUT_S)
+        deadline = time.monotonic() + READY_TIMEOUT_S
+        while watcher.count() == 0 and time.monotonic() < deadline and tree.running():
+            tree.sample()
+            time.sleep(0.2)
+        warm.stop()
+        if watcher.count() == 0:
+            restart["error"] = f"no record replicated within {READY_TIMEOUT_S:.0f}s: {tree.tail(8)}"
+            return steps, restart
+        for fraction in FRACTIONS:
+            rate = round(max_rate * fraction)
+            t0 = time.time()
+            load = _load(job, rate, step_s)
+            while load.running():
+                tree.sample()
+                time.sleep(0.2)
+            t1 = time.time()
+            lag = source.total() - watcher.count()
+            drain_until = time.monotonic() + DRAIN_S
+            while watcher.count() < source.total() and time.monotonic() < drain_until:
+                tree.sample()
+                time.sleep(0.2)
+            lat = watcher.latencies(t0, t1)
+            bounded = lag <= BOUNDED_LAG_S * rate
+            steps.append({"contender": contender.key, "run": run, "fraction": fraction, "rate": rate,
+                          "p50_s": _pct(lat, 0.50), "p99_s": _pct(lat, 0.99), "received": len(lat),
+                          "lag_end": lag, "bounded": bounded})
+            if not bounded:
+                break  # higher rates cannot be bounded either
+        restart.update(_restart(contender, job, tree, trees, watcher, target, max_rate))
+        return steps, restart
+    finally:
+        watcher.stop_flag.set()
+        for t in trees:
+            t.stop()
+        restart["peak_rss_mb"] = max(t.peak_rss for t in trees) / 2**20
+        watcher.join(10)
+
+
+def _restart(contender: Contender, job: Job, tree: Tree, trees: list[Tree], watcher: Watcher,
+             target: kafka_ops.CommittedEnds, max_rate: float) -> dict:
+    load = _load(job, round(max_rate * 0.25), RESTART_TIMEOUT_S + 30)
+    try:
+        time.sleep(5)
+        killed = time.time()
+        tree.kill()
+        time.sleep(1)  # a commit the broker was completing at the kill is visible by now
+        ends: dict[int, int] = {}
+        while len(ends) < job.partitions:
+            ends = target.ends()
+        watcher.probe = ends
+        relaunched = contender.launch(job)
+        trees.append(relaunched)
+        deadline = time.monotonic() + RESTART_TIMEOUT_S
+        while watcher.probe_hit is None and time.monotonic() < deadline:
+            relaunched.sample()
+            time.sleep(0.1)
+    finally:
+        load.stop()
+    if watcher.probe_hit is None:
+        return {"error": f"no new record within {RESTART_TIMEOUT_S:.0f}s of the restart: {relaunched.tail(8)}"}
+    return {"restart_s": watcher.probe_hit - killed}
