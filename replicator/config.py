@@ -68,9 +68,14 @@ class ReplicatorConfig:
     on_data_loss: str = "fail"
     replication_policy: str = "identity"
     source_alias: str = "source"
+    target_alias: str = "target"
     refresh_topics_interval_seconds: float = 10.0
     replication_factor: int = -1
+    sync_topic_configs: bool = True
+    config_sync_exclude: tuple[str, ...] = ()
+    provenance_header: bool = False
     metrics_port: int = 9400
+    metrics_host: str = "0.0.0.0"
     readiness_window_seconds: float = 60.0
     log_format: str = "text"
     log_level: str = "INFO"
@@ -104,7 +109,8 @@ class ReplicatorConfig:
     @classmethod
     def from_json(cls, text: str) -> ReplicatorConfig:
         raw = json.loads(text)
-        raw["topics_exclude"] = tuple(raw["topics_exclude"])
+        for key in ("topics_exclude", "config_sync_exclude"):
+            raw[key] = tuple(raw[key])
         return cls(**raw)
 
     def redacted(self) -> dict[str, Any]:
@@ -146,6 +152,13 @@ def _choice(*allowed: str) -> Callable[[str, Any], str]:
     return check
 
 
+def _host(key: str, value: Any) -> str:
+    text = str(value).strip()
+    if not re.match(r"^[A-Za-z0-9.\-:]+$", text):
+        raise ConfigError(key, f"expected a host name or IP address to listen on, got {text!r}")
+    return text
+
+
 def _bootstrap(key: str, value: Any) -> str:
     text = str(value).strip()
     if not text:
@@ -170,6 +183,25 @@ def _regex(key: str, value: Any) -> str:
     return text
 
 
+def _include_regex(key: str, value: Any) -> str:
+    """One regex, or a YAML list of them folded into one alternation (full-matched either way)."""
+    if isinstance(value, (list, tuple)):
+        items = [_regex(key, v) for v in value]
+        return "|".join(f"(?:{i})" for i in items) if items else _regex(key, "")
+    return _regex(key, value)
+
+
+def _boolean(key: str, value: Any) -> bool:
+    if isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if text in ("true", "yes", "on", "1"):
+        return True
+    if text in ("false", "no", "off", "0"):
+        return False
+    raise ConfigError(key, f"expected true or false, got {value!r}")
+
+
 def _regex_list(key: str, value: Any) -> tuple[str, ...]:
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
     for item in items:
@@ -184,6 +216,14 @@ def _name(key: str, value: Any) -> str:
     if not _NAME.match(text):
         raise ConfigError(key, "expected 1-100 characters of letters, digits, '.', '_' or '-', "
                                f"starting with a letter or digit; got {text!r}")
+    return text
+
+
+def _alias(key: str, value: Any) -> str:
+    # No '.': it separates the alias from the topic in prefix-policy names (`alias.topic`).
+    text = str(value)
+    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$", text):
+        raise ConfigError(key, f"expected letters, digits, '_' or '-' (no '.'), got {text!r}")
     return text
 
 
@@ -235,7 +275,7 @@ def _spark_conf(key: str, value: Any) -> dict[str, str]:
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "source_bootstrap_servers": _bootstrap,
     "target_bootstrap_servers": _bootstrap,
-    "topics": _regex,
+    "topics": _include_regex,
     "topics_exclude": _regex_list,
     "name": _name,
     "offsets_group": _group,
@@ -250,10 +290,15 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "trigger_interval_ms": lambda k, v: _positive_int(k, v, 0),
     "on_data_loss": _choice("fail", "skip"),
     "replication_policy": _choice("identity", "prefix"),
-    "source_alias": _name,
+    "source_alias": _alias,
+    "target_alias": _alias,
     "refresh_topics_interval_seconds": _positive_float,
     "replication_factor": lambda k, v: -1 if str(v) == "-1" else _positive_int(k, v, 1, 32767),
+    "sync_topic_configs": _boolean,
+    "config_sync_exclude": _regex_list,
+    "provenance_header": _boolean,
     "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
+    "metrics_host": _host,
     "readiness_window_seconds": _positive_float,
     "log_format": _choice("text", "json"),
     "log_level": _choice("DEBUG", "INFO", "WARNING", "ERROR"),

@@ -23,7 +23,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 from pyspark.sql.datasource import (
     DataSource,
@@ -82,15 +82,32 @@ class ReplicationPlanner(DataSourceStreamReader):
         return self._admins
 
     def _refresh_topics(self, force: bool = False) -> None:
+        """New topics and partitions join the plan only once their target topic has them, so no
+        record or offset is ever written for a partition the target lacks."""
         if not force and time.monotonic() - self._refreshed < self.cfg.refresh_topics_interval_seconds:
             return
         from replicator import topic_sync
 
         source, target = self._clients()
-        found = topic_sync.discover(self.cfg, source)
+        found, skipped = topic_sync.selection(self.cfg, source)
+        for gone in sorted(set(self._topics) - set(found)):
+            self._forget(gone, skipped.get(gone))
         mappings = topic_sync.ensure_target_topics(self.cfg, source, target, found)
+        if self.cfg.sync_topic_configs:
+            try:
+                topic_sync.sync_configs(self.cfg, source, target, mappings)
+            except KafkaException as e:  # drift is retried at the next refresh; records keep flowing
+                log.warning("topic config sync failed: %s", e.args[0].str())
         self._topics = {m.source: (m.target, m.partitions) for m in mappings}
         self._refreshed = time.monotonic()
+
+    def _forget(self, topic: str, unavailable: str | None = None) -> None:
+        target = self._topics.pop(topic, (None,))[0]
+        if unavailable:  # resumes from the fake group's offsets when it is back
+            log.warning("source topic %s is %s: paused", topic, unavailable)
+            return
+        log.warning("source topic %s was deleted: its replication stops; target topic %s is kept",
+                    topic, target, extra={"event": "source_topic_deleted", "topic": topic, "target_topic": target})
 
     def _list_offsets(self, spec_factory, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
         if not tps:
@@ -101,7 +118,17 @@ class ReplicationPlanner(DataSourceStreamReader):
         request = {TopicPartition(t, p): spec_factory() for t, p in tps}
         futures = source.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
                                       request_timeout=30)
-        return {(tp.topic, tp.partition): f.result().offset for tp, f in futures.items()}
+        out, deleted = {}, set()
+        for tp, f in futures.items():
+            try:
+                out[(tp.topic, tp.partition)] = f.result().offset
+            except KafkaException as e:
+                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                    raise
+                deleted.add(tp.topic)  # deleted since the last refresh
+        for topic in sorted(deleted & set(self._topics)):
+            self._forget(topic)
+        return out
 
     def _all_partitions(self) -> list[tuple[str, int]]:
         return [(s, p) for s, (_, n) in sorted(self._topics.items()) for p in range(n)]
@@ -127,6 +154,7 @@ class ReplicationPlanner(DataSourceStreamReader):
         self._refresh_topics()
         tps = self._all_partitions()
         latest = self._list_offsets(OffsetSpec.latest, tps)
+        tps = [tp for tp in tps if tp in latest]
         new = [tp for tp in tps if str(tp[1]) not in start.get(tp[0], {})]
         begin = {tp: start[tp[0]][str(tp[1])] for tp in tps if tp not in new}
         begin.update(self._list_offsets(OffsetSpec.earliest, new))
