@@ -123,7 +123,7 @@ class ReplicationPlanner(DataSourceStreamReader):
             try:
                 out[(tp.topic, tp.partition)] = f.result().offset
             except KafkaException as e:
-                if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART:
+                if e.args[0].code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
                     raise
                 deleted.add(tp.topic)  # deleted since the last refresh
         for topic in sorted(deleted & set(self._topics)):

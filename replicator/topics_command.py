@@ -62,7 +62,7 @@ def _as_table(plans: list, skipped: dict[str, str]) -> str:
     # Topics the include regex never named are only counted: on a big cluster they are most of them.
     shown = {t: why for t, why in skipped.items() if why != NOT_INCLUDED}
     if shown:
-        lines.append(f"{len(shown)} matching topic(s) not replicated:")
+        lines.append(f"{len(shown)} topic(s) not replicated:")
         width = max(len(t) for t in shown)
         lines += [f"  {t.ljust(width)}  {why}" for t, why in sorted(shown.items())]
     if others := len(skipped) - len(shown):
