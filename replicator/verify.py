@@ -335,7 +335,8 @@ class Auditor:
             offsets = target.admin.list_group_offsets(self.cfg.group).get(self.cfg.group, {})
         except KafkaError as e:
             raise VerifyError(f"cannot read the offsets group {self.cfg.group!r} on the target: {e}") from None
-        return {(tp.topic, tp.partition): (om.offset, CommitMetadata.decode(om.metadata))
+        # librdkafka stores the metadata string with its C terminator; kafka-python hands it back.
+        return {(tp.topic, tp.partition): (om.offset, CommitMetadata.decode((om.metadata or "").rstrip("\x00")))
                 for tp, om in offsets.items() if om.offset >= 0}
 
     @staticmethod

@@ -1,0 +1,182 @@
+"""`replicator verify` against real clusters whose target was written by hand, right and wrong.
+
+The target side is written here with a transactional producer that commits the fake group's offsets
+in the same transaction, exactly as the engine does, so every kind of damage verify must name can
+be placed precisely: duplicates, losses, reordering, foreign records, values from aborted source
+transactions, and transactions left open on the target.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from replicator.offsets import CommitMetadata
+from tests.kafka_helpers import create_topic, produce_transactional
+
+BIN = Path(sys.executable).with_name("replicator")
+Record = tuple  # (partition, key, value, headers, timestamp)
+
+
+def source_records(n: int, tag: str) -> list[Record]:
+    return [(0, f"k{i}".encode(), f"{tag}-{i}".encode(), [("seq", str(i).encode())], 1_700_000_000_000 + i)
+            for i in range(n)]
+
+
+def write_target(bootstrap: str, topic: str, records: list[Record], group: str, committed: int,
+                 last_source_offset: int, txn_id: str) -> None:
+    """Target records and the fake group's offset in one transaction, as the engine writes them."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    pairs: list[int] = []
+    for _, key, value, headers, ts in records:
+        producer.produce(topic, value=value, key=key, partition=0, headers=headers, timestamp=ts,
+                         on_delivery=lambda err, msg: pairs.append(msg.offset()))
+    producer.flush(60)
+    meta = CommitMetadata("src", topic, 1, 0, last_source_offset, max(pairs) if pairs else -1)
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+    producer.send_offsets_to_transaction([TopicPartition(topic, 0, committed, metadata=meta.encode())],
+                                         reader.consumer_group_metadata(), 60)
+    producer.commit_transaction(60)
+    reader.close()
+
+
+def run_verify(sandbox, topic: str, name: str, *extra: str) -> tuple[int, dict | str, str]:
+    proc = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", sandbox.source.bootstrap,
+                           "--target-bootstrap-servers", sandbox.target.bootstrap, "--topics", topic,
+                           "--name", name, *extra], capture_output=True, text=True, timeout=300)
+    out = json.loads(proc.stdout) if "json" in extra and proc.stdout.strip() else proc.stdout
+    return proc.returncode, out, proc.stderr
+
+
+def scenario(sandbox, unique: str, label: str, damage) -> tuple[str, str, list[Record]]:
+    """A 1-partition source of 40 committed records; the target gets `damage(records)`."""
+    topic, name = f"verify-{label}-{unique}", f"v-{label}-{unique}"
+    src = source_records(40, label)
+    create_topic(sandbox.source.bootstrap, topic)
+    create_topic(sandbox.target.bootstrap, topic)
+    produce_transactional(sandbox.source.bootstrap, topic, src, f"src-{name}", per_txn=20)
+    # Two transactions of 20: offsets 0-19, marker 20, 21-40, marker 41 -> next offset 42.
+    write_target(sandbox.target.bootstrap, topic, damage(src), f"__replicator.{name}", 42, 40, f"w-{name}")
+    return topic, name, src
+
+
+@pytest.mark.parametrize("label, damage, expected", [
+    ("identical", lambda r: r, {}),
+    ("duplicates", lambda r: r[:10] + r[7:10] + r[10:], {"duplicates": 3}),
+    ("missing", lambda r: r[:5] + r[7:], {"missing": 2}),
+    ("reordered", lambda r: r[:5] + [r[6], r[5]] + r[7:], {"reordered": 1}),
+    ("extra", lambda r: r[:5] + [(0, b"x", b"foreign", [], 1)] + r[5:], {"extra": 1}),
+    ("alteredheader", lambda r: r[:3] + [(*r[3][:3], [("seq", b"other")], r[3][4])] + r[4:],
+     {"missing": 1, "extra": 1}),
+    ("alteredtimestamp", lambda r: r[:3] + [(*r[3][:4], r[3][4] + 1)] + r[4:], {"missing": 1, "extra": 1}),
+])
+def test_verify_names_each_kind_of_damage(sandbox, unique, label, damage, expected):
+    topic, name, src = scenario(sandbox, unique, label, damage)
+    code, report, err = run_verify(sandbox, topic, name, "--format", "json")
+    totals = report["totals"]
+    assert totals["source_records"] == len(src), err
+    for kind in ("duplicates", "missing", "extra", "reordered"):
+        assert totals[kind] == expected.get(kind, 0), (kind, report)
+    if expected:
+        assert code == 1 and report["ok"] is False and report["violations"]
+        assert report["partitions"][0]["first_divergence"] is not None
+    else:
+        assert code == 0 and report["ok"] is True and report["violations"] == []
+        assert totals["target_records"] == len(src)
+
+
+def test_verify_reports_values_of_aborted_source_transactions(sandbox, unique, tmp_path):
+    topic, name = f"verify-aborted-{unique}", f"v-aborted-{unique}"
+    create_topic(sandbox.source.bootstrap, topic)
+    create_topic(sandbox.target.bootstrap, topic)
+    src = source_records(30, "ab")
+    # Transactions of 10; the second is aborted: its values must never be visible downstream.
+    committed = produce_transactional(sandbox.source.bootstrap, topic, src, f"src-{name}", per_txn=10,
+                                      abort_every=2)
+    assert committed == 20
+    aborted = src[10:20]
+    truth = tmp_path / "truth.jsonl"
+    truth.write_text("".join(json.dumps({"aborted": v.decode()}) + "\n" for _, _, v, _, _ in aborted))
+    # A broken replicator that copied read_uncommitted: it leaked one aborted record.
+    leaked = src[:10] + aborted[:1] + src[20:]
+    write_target(sandbox.target.bootstrap, topic, leaked, f"__replicator.{name}", 33, 31, f"w-{name}")
+
+    code, report, _ = run_verify(sandbox, topic, name, "--format", "json", "--ground-truth", str(truth))
+    assert code == 1
+    assert report["totals"]["aborted_visible"] == 1
+    assert report["totals"]["extra"] == 1 and report["totals"]["source_records"] == 20
+    assert any("aborted" in v for v in report["violations"])
+
+
+def test_verify_does_not_judge_records_beyond_the_committed_offsets(sandbox, unique):
+    """What the target holds after the group's offset is an in-flight copy, not a duplicate."""
+    topic, name, src = scenario(sandbox, unique, "prefix", lambda r: r)
+    producer = Producer({"bootstrap.servers": sandbox.target.bootstrap, "transactional.id": f"late-{name}"})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=src[0][2], key=src[0][1], partition=0)
+    producer.flush(60)
+    producer.commit_transaction(60)
+
+    code, report, _ = run_verify(sandbox, topic, name, "--format", "json")
+    assert code == 0, report["violations"]
+    assert report["totals"]["target_records"] == len(src)
+
+
+def test_verify_reports_an_open_transaction_and_lso_below_hw(sandbox, unique):
+    topic, name, _ = scenario(sandbox, unique, "open", lambda r: r)
+    producer = Producer({"bootstrap.servers": sandbox.target.bootstrap, "transactional.id": f"{name}-shard-0",
+                         "transaction.timeout.ms": 600_000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    producer.produce(topic, value=b"uncommitted", partition=0)
+    producer.flush(60)
+    try:
+        code, report, _ = run_verify(sandbox, topic, name, "--format", "json")
+        assert code == 0, "an open transaction of a running replicator is normal"
+        part = report["partitions"][0]
+        assert part["open_transaction"] is True and part["lso"] < part["hw"]
+        assert [t["transactional_id"] for t in report["open_transactions"]] == [f"{name}-shard-0"]
+        assert report["open_transactions"][0]["partitions"] == [f"{topic}[0]"]
+
+        code, report, _ = run_verify(sandbox, topic, name, "--format", "json", "--quiesced")
+        assert code == 1
+        assert any("high watermark" in v for v in report["violations"])
+    finally:
+        producer.abort_transaction(60)
+    code, report, _ = run_verify(sandbox, topic, name, "--format", "json", "--quiesced")
+    assert code == 0, report["violations"]
+    assert report["partitions"][0]["lso_equals_hw"] is True
+
+
+def test_verify_require_caught_up_and_text_summary(sandbox, unique):
+    topic, name, src = scenario(sandbox, unique, "behind", lambda r: r)
+    produce_transactional(sandbox.source.bootstrap, topic, source_records(5, "more"), f"more-{name}")
+    code, text, _ = run_verify(sandbox, topic, name)
+    assert code == 0 and "OK:" in text and f"{len(src)} source records" in text
+    code, text, _ = run_verify(sandbox, topic, name, "--require-caught-up")
+    assert code == 1 and "FAILED" in text and "source end" in text
+
+
+@pytest.mark.parametrize("role", ["source", "target"])
+def test_verify_unreachable_cluster_exits_1_naming_it(sandbox, role):
+    args = {"source": sandbox.source.bootstrap, "target": sandbox.target.bootstrap, role: "127.0.0.1:1"}
+    proc = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", args["source"],
+                           "--target-bootstrap-servers", args["target"], "--topics", "x", "--name", "x"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 1
+    assert f"cannot reach the {role} cluster at 127.0.0.1:1" in proc.stderr
+
+
+def test_verify_invalid_configuration_exits_2(sandbox):
+    proc = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", sandbox.source.bootstrap,
+                           "--target-bootstrap-servers", "nonsense", "--topics", "x"],
+                          capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2 and "target_bootstrap_servers" in proc.stderr
