@@ -259,7 +259,17 @@ def _root_cause(error) -> str:
 
 
 def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> int:
-    job = Replicator(cfg, observers)
+    from replicator.health import HealthServer
+    from replicator.metrics import MetricsObserver
+
+    metrics = MetricsObserver(cfg)
+    try:
+        server = HealthServer(cfg.metrics_host, cfg.metrics_port, metrics.metrics.registry, metrics.readiness)
+    except OSError as e:
+        log.error("%s", e)
+        return 1
+    server.start()
+    job = Replicator(cfg, [metrics, *(observers or [])])
     signal.signal(signal.SIGTERM, job.request_stop)
     signal.signal(signal.SIGINT, job.request_stop)
     try:
@@ -267,5 +277,7 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> in
     except RuntimeFailure as e:
         log.error("%s", e)
         return 1
+    finally:
+        server.close()
     log.info("stopped cleanly", extra={"records_total": job.stats.records})
     return 0

@@ -1,0 +1,218 @@
+"""Prometheus metrics of a run, fed by the job's observer hooks.
+
+Counters come from the writers' commit messages (what the transactions really committed), lag from
+the clusters (`replicator.lag`), micro-batch timings from Spark's streaming query listener. Every
+name follows the Prometheus conventions (base units, `_total`, `_seconds`, `_bytes`); labels are
+limited to `topic` (source), `partition` and `target_topic`.
+"""
+
+from __future__ import annotations
+
+import logging
+import platform
+import threading
+import time
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+
+from replicator import __version__
+from replicator.config import ReplicatorConfig
+from replicator.lag import PartitionLag, with_ages
+from replicator.replication_policy import policy_for
+
+log = logging.getLogger("replicator.metrics")
+PARTITION = ("topic", "partition", "target_topic")
+_LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+_TXN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
+_BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
+_RECORDS_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+# `*_created` series double the exposition for nothing a dashboard or alert here uses.
+disable_created_metrics()
+
+
+class ReplicatorMetrics:
+    """The metric families, in their own registry (tests build several side by side)."""
+
+    def __init__(self, registry: CollectorRegistry | None = None) -> None:
+        r = self.registry = registry or CollectorRegistry()
+        self.lag_records = Gauge(
+            "replicator_lag_records", "Source last stable offset minus the next source offset committed "
+            "in the fake group on the target (offsets still to copy).", PARTITION, registry=r)
+        self.lag_seconds = Gauge(
+            "replicator_lag_seconds", "Age of the oldest committed source record not yet replicated; "
+            "0 when caught up.", PARTITION, registry=r)
+        self.lag_refresh = Gauge(
+            "replicator_lag_refresh_timestamp_seconds", "Unix time of the last successful lag lookup.",
+            registry=r)
+        self.records = Counter("replicator_replicated_records_total",
+                               "Records committed to the target.", PARTITION, registry=r)
+        self.bytes = Counter("replicator_replicated_bytes_total",
+                             "Key and value bytes committed to the target.", PARTITION, registry=r)
+        self.last_commit = Gauge("replicator_last_commit_timestamp_seconds",
+                                 "Unix time of the last transaction that committed records of the partition.",
+                                 PARTITION, registry=r)
+        self.latency = Histogram(
+            "replicator_replication_latency_seconds", "Target commit time minus source record timestamp "
+            "(first and last record of each partition in each transaction).",
+            buckets=_LATENCY_BUCKETS, registry=r)
+        self.transaction_duration = Histogram("replicator_transaction_duration_seconds",
+                                              "Duration of committed target transactions.",
+                                              buckets=_TXN_BUCKETS, registry=r)
+        self.transactions = Counter("replicator_transactions_committed_total",
+                                    "Target transactions committed.", registry=r)
+        self.aborted = Counter("replicator_transactions_aborted_total",
+                               "Target transactions aborted (their records are invisible and retried).", registry=r)
+        self.fenced = Counter("replicator_producer_fenced_total",
+                              "Times a shard's producer found itself fenced by a newer one.", registry=r)
+        self.recreations = Counter("replicator_producer_recreations_total",
+                                   "Target producers recreated after a fatal error.", registry=r)
+        self.data_loss = Counter("replicator_data_loss_events_total",
+                                 "Source ranges lost to retention before they were copied.", registry=r)
+        self.batches = Counter("replicator_batches_total", "Micro-batches whose writers committed.", registry=r)
+        self.batch_records = Histogram("replicator_batch_records", "Records committed per micro-batch.",
+                                       buckets=_RECORDS_BUCKETS, registry=r)
+        self.batch_duration = Histogram("replicator_batch_duration_seconds",
+                                        "Micro-batch duration reported by Spark's query progress.",
+                                        buckets=_BATCH_BUCKETS, registry=r)
+        self.last_progress = Gauge("replicator_last_batch_timestamp_seconds",
+                                   "Unix time the last micro-batch committed.", registry=r)
+        self.ready = Gauge("replicator_ready", "1 when /readyz answers 200.", registry=r)
+        self.build = Info("replicator_build", "Version of the replicator and its runtime.", registry=r)
+        self.build.info({"version": __version__, "python": platform.python_version()})
+
+
+class MetricsObserver:
+    """A `JobObserver` keeping `ReplicatorMetrics` and the readiness state of one run."""
+
+    def __init__(self, cfg: ReplicatorConfig, metrics: ReplicatorMetrics | None = None) -> None:
+        self.cfg = cfg
+        self.metrics = metrics or ReplicatorMetrics()
+        self._policy = policy_for(cfg)
+        self._lock = threading.Lock()
+        self._job = None
+        self._listener = None
+        self._stopped = False
+        self._seen_batches: set[int] = set()
+        self._partitions: set[tuple[str, str, str]] = set()
+        self.last_batch_at = 0.0
+        self.last_lag_at = 0.0
+        self.lag_total: int | None = None
+        self.metrics.ready.set_function(lambda: 1.0 if self.readiness()[0] else 0.0)
+
+    # -- JobObserver --------------------------------------------------------------------------
+    def on_start(self, job) -> None:
+        self._job = job
+        self._listener = _batch_listener(self)
+        try:
+            job.spark.streams.addListener(self._listener)
+        except Exception as e:  # noqa: BLE001 - batch timings are optional, replication is not
+            self._listener = None
+            log.warning("no micro-batch duration metrics: the query listener failed to register: %s", e)
+        # Batches that finished before the listener was registered.
+        for progress in job.query.recentProgress or []:
+            self.on_progress(progress.batchId, progress.batchDuration)
+
+    def on_batch(self, stats: dict) -> None:
+        m = self.metrics
+        now = time.time()
+        for key, (records, nbytes, _next_offset, committed_at) in stats.get("partitions", {}).items():
+            topic, partition = key.rsplit("|", 1)
+            labels = (topic, partition, self._policy.target_topic(topic))
+            m.records.labels(*labels).inc(records)
+            m.bytes.labels(*labels).inc(nbytes)
+            m.last_commit.labels(*labels).set(committed_at)
+        for seconds in stats.get("latency_seconds", []):
+            m.latency.observe(max(0.0, seconds))
+        for seconds in stats.get("transaction_seconds", []):
+            m.transaction_duration.observe(seconds)
+        m.transactions.inc(stats.get("transactions", 0))
+        m.aborted.inc(stats.get("aborted", 0))
+        m.fenced.inc(stats.get("fenced", 0))
+        m.recreations.inc(stats.get("producer_recreations", 0))
+        m.data_loss.inc(stats.get("data_loss_events", 0))
+        m.batches.inc()
+        m.batch_records.observe(stats.get("records", 0))
+        m.last_progress.set(now)
+        self.last_batch_at = now
+
+    def on_lag(self, lags: list[PartitionLag]) -> None:
+        if not lags:
+            return  # the lookup failed or nothing is selected: keep the last known values
+        started = time.time()
+        try:
+            lags = with_ages(self.cfg, lags)
+        except Exception as e:  # noqa: BLE001 - the offsets lag is still exact without the ages
+            log.warning("lag in seconds unavailable: %s", e)
+        m = self.metrics
+        current = set()
+        for x in lags:
+            labels = (x.source_topic, str(x.partition), x.target_topic)
+            current.add(labels)
+            m.lag_records.labels(*labels).set(x.records)
+            seconds = x.seconds(started)
+            if seconds is not None:
+                m.lag_seconds.labels(*labels).set(seconds)
+        for gone in self._partitions - current:  # topics dropped from the selection
+            m.lag_records.remove(*gone)
+            m.lag_seconds.remove(*gone)
+        self._partitions = current
+        self.lag_total = sum(x.records for x in lags)
+        self.last_lag_at = started
+        m.lag_refresh.set(started)
+
+    def on_stop(self) -> None:
+        self._stopped = True
+        if self._listener is not None and self._job is not None:
+            try:
+                self._job.spark.streams.removeListener(self._listener)
+            except Exception as e:  # noqa: BLE001 - Spark may already be going away
+                log.debug("query listener removal: %s", e)
+
+    # -- fed by the query listener ------------------------------------------------------------------
+    def on_progress(self, batch_id: int, duration_ms: int) -> None:
+        with self._lock:
+            if batch_id in self._seen_batches:
+                return
+            self._seen_batches.add(batch_id)
+        self.metrics.batch_duration.observe(duration_ms / 1000)
+
+    # -- readiness -------------------------------------------------------------------------
+    def readiness(self) -> tuple[bool, str]:
+        """Ready = the query runs and either committed a batch or was seen caught up within
+        `readiness_window_seconds`."""
+        if self._job is None:
+            return False, "the streaming query has not started yet"
+        if self._stopped:
+            return False, "stopping"
+        try:
+            active = bool(self._job.query.isActive)
+        except Exception:  # noqa: BLE001 - a query torn down under us is simply not active
+            active = False
+        if not active:
+            return False, "the streaming query is not active"
+        now, window = time.time(), self.cfg.readiness_window_seconds
+        if now - self.last_batch_at <= window:
+            return True, f"a micro-batch committed {now - self.last_batch_at:.0f}s ago"
+        if self.lag_total == 0 and now - self.last_lag_at <= window:
+            return True, "caught up"
+        return False, (f"no micro-batch committed in the last {window:g}s and the lag is "
+                       f"{'unknown' if self.lag_total is None else self.lag_total} offsets")
+
+
+def _batch_listener(observer: MetricsObserver):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    class BatchListener(StreamingQueryListener):
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        def onQueryProgress(self, event) -> None:
+            observer.on_progress(event.progress.batchId, event.progress.batchDuration)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return BatchListener()
