@@ -148,3 +148,7 @@ def run(config_file: str | None, **flags) -> None:
 
     logs.configure(cfg.log_format, cfg.log_level)
     sys.exit(job.run(cfg))
+
+
+if __name__ == "__main__":
+    main()

@@ -12,7 +12,7 @@ import json
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient
 
 from replicator.kafka_clients import kafka_error
@@ -51,6 +51,13 @@ class Committed:
     metadata: CommitMetadata | None
 
 
+def _transient(err: KafkaError) -> bool:
+    # A freshly started broker answers group requests with these until its coordinator is loaded.
+    return err.retriable() or err.code() in (KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
+                                             KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+                                             KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+
+
 def read_committed(reader: Consumer, target_tps: list[tuple[str, int]], timeout: float = 60.0
                    ) -> dict[tuple[str, int], Committed]:
     """Stable committed offsets via a member-less consumer (waits out pending transactional commits)."""
@@ -64,7 +71,7 @@ def read_committed(reader: Consumer, target_tps: list[tuple[str, int]], timeout:
             break
         except KafkaException as e:
             err = kafka_error(e)
-            if err is None or not err.retriable() or time.monotonic() > deadline:
+            if err is None or not _transient(err) or time.monotonic() > deadline:
                 raise
     out = {}
     for tp in result:
@@ -86,7 +93,7 @@ def read_group(admin: AdminClient, group: str, timeout: float = 30.0) -> dict[tu
             result = fut.result()
         except KafkaException as e:
             err = kafka_error(e)
-            if err is not None and err.retriable() and time.monotonic() < deadline:
+            if err is not None and _transient(err) and time.monotonic() < deadline:
                 time.sleep(0.2)
                 continue
             raise

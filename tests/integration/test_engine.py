@@ -1,0 +1,180 @@
+"""The engine's contract on real brokers and real Spark: fidelity, restarts, retries, zombies,
+aborted source transactions, re-sharding."""
+
+from __future__ import annotations
+
+import glob
+import random
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+import pytest
+from confluent_kafka.admin import AdminClient
+
+from replicator.offsets import read_group
+from tests.kafka_helpers import (
+    assert_identical,
+    create_topic,
+    end_offsets,
+    fake_group_offsets,
+    produce_transactional,
+)
+from tests.replicator_process import ReplicatorProcess, wait_until
+
+PARTITIONS = 4
+
+
+def sample_records(n: int, start: int = 0, partitions: int = PARTITIONS) -> list[tuple]:
+    """Keys, null keys, null values (tombstones), repeated header keys, explicit timestamps."""
+    base_ts = int(time.time() * 1000) - 3_600_000
+    out = []
+    for i in range(start, start + n):
+        key = None if i % 10 == 0 else f"key-{i % 97}".encode()
+        value = None if i % 13 == 0 else f"value-{i}-".encode() + bytes(i % 50)
+        headers = [("h", b"first"), ("h", f"{i}".encode()), ("empty", None)] if i % 3 else None
+        out.append((i % partitions, key, value, headers, base_ts + i))
+    return out
+
+
+def caught_up(sandbox, topic: str, group: str, partitions: int = PARTITIONS, target_topic: str | None = None):
+    def check() -> bool:
+        ends = end_offsets(sandbox.source.bootstrap, topic, partitions)
+        committed = fake_group_offsets(sandbox.target.bootstrap, group)
+        return all(committed.get((target_topic or topic, p), -1) == ends[p] for p in range(partitions))
+    return check
+
+
+def target_is_stable(sandbox, topic: str, partitions: int = PARTITIONS) -> None:
+    """No transaction left open on the target: last stable offset == high watermark everywhere."""
+    lso = end_offsets(sandbox.target.bootstrap, topic, partitions, committed=True)
+    hw = end_offsets(sandbox.target.bootstrap, topic, partitions, committed=False)
+    assert lso == hw, f"open transaction left on the target: LSO {lso} != HW {hw}"
+
+
+@pytest.fixture
+def logs(tmp_path: Path) -> Path:
+    return tmp_path
+
+
+def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
+    topic, name = f"fidelity-{unique}", f"fid-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
+    records = sample_records(120_000)
+    # Every 5th source transaction is aborted: none of its records may reach the target.
+    committed = produce_transactional(sandbox.source.bootstrap, topic, records, f"src-{unique}",
+                                      per_txn=2_000, abort_every=5)
+    assert committed == 96_000
+
+    with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2") as job:
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up", job)
+        assert job.sigterm() == 0
+    assert "stopped cleanly" in job.log()
+
+    assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) == 96_000
+    target_is_stable(sandbox, topic)
+    # The group holds the NEXT offset to copy: the source's last stable offset, markers included,
+    # so an idle transactional source shows zero lag.
+    ends = end_offsets(sandbox.source.bootstrap, topic, PARTITIONS)
+    group = read_group(AdminClient({"bootstrap.servers": sandbox.target.bootstrap}), f"__replicator.{name}")
+    assert {p: group[(topic, p)].offset for p in range(PARTITIONS)} == ends
+    meta = group[(topic, 1)].metadata
+    assert meta is not None and meta.source_topic == topic and meta.shards == 2
+    # The recorded source->target pair is exact: the target record at `target_offset` is the
+    # source record at `source_offset`.
+    assert meta.source_offset >= 0 and meta.target_offset >= 0
+
+
+def _background_producer(sandbox, topic: str, unique: str, stop: threading.Event, counter: list[int]) -> None:
+    i = 0
+    while not stop.is_set():
+        batch = sample_records(2_000, start=1_000_000 + i)
+        counter[0] += produce_transactional(sandbox.source.bootstrap, topic, batch, f"bg-{unique}",
+                                            per_txn=500, abort_every=3)
+        i += 2_000
+        time.sleep(0.2)
+
+
+def _leftover_scratch(name: str) -> None:
+    # What a SIGKILLed run leaves behind (Spark checkpoint, temp dirs) is deleted: never needed.
+    for path in glob.glob(f"{tempfile.gettempdir()}/replicator-{name}-*"):
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
+    topic, name = f"restart-{unique}", f"rst-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
+    produce_transactional(sandbox.source.bootstrap, topic, sample_records(60_000), f"pre-{unique}",
+                          per_txn=1_000, abort_every=7)
+    stop, produced = threading.Event(), [0]
+    feeder = threading.Thread(target=_background_producer, args=(sandbox, topic, unique, stop, produced))
+    feeder.start()
+    rng = random.Random(unique)
+    try:
+        # Three crashes at random points, each restart with a different shard layout.
+        for round_no, shards in enumerate(("2", "3", "1")):
+            job = ReplicatorProcess(sandbox, topic, name, logs / f"job{round_no}.log", "--shards", shards,
+                                    "--max-records-per-batch", "20000").start()
+            wait_until(lambda: "progress:" in job.log(), 180, "the job to run", job)
+            time.sleep(rng.uniform(1, 8))
+            job.sigkill()
+            _leftover_scratch(name)
+    finally:
+        stop.set()
+        feeder.join()
+    with ReplicatorProcess(sandbox, topic, name, logs / "final.log", "--shards", "2") as job:
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 300, "catch-up after crashes", job)
+        assert job.sigterm() == 0
+    assert "shard layout changed" in (logs / "final.log").read_text() or \
+        "shard layout changed" in (logs / "job1.log").read_text()
+    total = assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)
+    assert total > 60_000 * 6 // 7
+    target_is_stable(sandbox, topic)
+
+
+@pytest.mark.parametrize("fault", ["fail-before-commit", "fail-after-commit"])
+def test_task_retry_after_producing_is_exact(sandbox, unique, logs, fault):
+    """A task attempt dies after producing (before / after its first commit); Spark retries it."""
+    topic, name = f"retry-{unique}", f"retry-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
+    produce_transactional(sandbox.source.bootstrap, topic, sample_records(40_000), f"src-{unique}",
+                          per_txn=1_000)
+    env = {"REPLICATOR_TEST_FAULT": fault}
+    with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2",
+                           "--max-records-per-transaction", "5000", env=env) as job:
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up", job)
+        assert job.sigterm() == 0
+    assert "InjectedFault" in job.log() or "test fault" in job.log()
+    assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) == 40_000
+    target_is_stable(sandbox, topic)
+
+
+def test_zombie_twin_is_fenced_and_never_duplicates(sandbox, unique, logs):
+    topic, name = f"zombie-{unique}", f"zmb-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
+    produce_transactional(sandbox.source.bootstrap, topic, sample_records(20_000), f"pre-{unique}")
+    stop, produced = threading.Event(), [0]
+    feeder = threading.Thread(target=_background_producer, args=(sandbox, topic, unique, stop, produced))
+    feeder.start()
+    try:
+        with ReplicatorProcess(sandbox, topic, name, logs / "a.log", "--shards", "2",
+                               "--max-records-per-batch", "5000") as a, \
+             ReplicatorProcess(sandbox, topic, name, logs / "b.log", "--shards", "2",
+                               "--max-records-per-batch", "5000") as b:
+            wait_until(lambda: "progress:" in a.log() and "progress:" in b.log(), 240, "both twins to run")
+            time.sleep(20)  # both replicate the same live stream concurrently
+            stop.set()
+            feeder.join()
+            wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up")
+            for job in (a, b):
+                if job.running():
+                    job.sigterm()
+    finally:
+        stop.set()
+        feeder.join()
+    logs_text = (logs / "a.log").read_text() + (logs / "b.log").read_text()
+    assert "fenced" in logs_text, "neither twin reported being fenced"
+    assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) > 20_000
+    target_is_stable(sandbox, topic)
