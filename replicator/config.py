@@ -31,6 +31,13 @@ _RESERVED_CLIENT_KEYS = {
 }
 
 
+_CLIENT_CHOICES = {
+    "security.protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
+    "sasl.mechanism": ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+    "sasl.mechanisms": ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
+}
+
+
 class ConfigError(ValueError):
     """An invalid configuration value; `key` names the option."""
 
@@ -139,8 +146,8 @@ def _positive_float(key: str, value: Any) -> float:
         number = float(value)
     except (TypeError, ValueError):
         raise ConfigError(key, f"expected a positive number, got {value!r}") from None
-    if not number > 0:
-        raise ConfigError(key, f"expected a positive number, got {number}")
+    if not 0 < number < float("inf"):
+        raise ConfigError(key, f"expected a finite positive number, got {number}")
     return number
 
 
@@ -260,6 +267,10 @@ def _client_props(section: str) -> Callable[[str, Any], dict[str, str]]:
             if isinstance(v, (dict, list)):
                 raise ConfigError(f"{key}.{k}", "expected a scalar value")
             out[k] = str(v).lower() if isinstance(v, bool) else str(v)
+            # A misspelt security setting otherwise surfaces only as an opaque connection failure.
+            allowed = _CLIENT_CHOICES.get(k)
+            if allowed and out[k].upper() not in allowed:
+                raise ConfigError(f"{key}.{k}", f"expected one of {', '.join(allowed)}; got {out[k]!r}")
         return out
     return check
 
@@ -363,12 +374,21 @@ def load(flags: Mapping[str, Any] | None = None, config_file: str | Path | None 
 
     unknown = sorted(set(merged) - set(_VALIDATORS))
     if unknown:
-        raise ConfigError(unknown[0], f"unknown option; known options are: {', '.join(OPTIONS)}")
+        import difflib
+
+        close = difflib.get_close_matches(unknown[0], OPTIONS, n=1)
+        hint = f"did you mean '{close[0]}'? " if close else ""
+        raise ConfigError(unknown[0], f"unknown option; {hint}known options are: {', '.join(OPTIONS)}")
     values = {key: _VALIDATORS[key](key, value) for key, value in merged.items()}
     for required in ("source_bootstrap_servers", "target_bootstrap_servers", "topics"):
         if required not in values:
             _VALIDATORS[required](required, "")
     config = ReplicatorConfig(**values)
+    if (config.replication_policy == "identity"
+            and set(config.source_bootstrap_servers.split(",")) & set(config.target_bootstrap_servers.split(","))):
+        raise ConfigError("target_bootstrap_servers", "names the source cluster: with the identity policy every "
+                                                      "topic would be copied onto itself; use another cluster or "
+                                                      "replication_policy=prefix")
     if config.transaction_timeout_ms < config.max_transaction_seconds * 1000 * 2:
         raise ConfigError("transaction_timeout_ms", "must be at least twice max_transaction_seconds "
                                                     "so a transaction never outlives its timeout")
