@@ -1,0 +1,140 @@
+"""Every kind of invalid configuration is refused before anything runs, naming the key at fault."""
+
+from __future__ import annotations
+
+import pytest
+
+from replicator.config import ConfigError, is_secret, load
+
+BASE = {"source_bootstrap_servers": "127.0.0.1:19092", "target_bootstrap_servers": "127.0.0.1:29092",
+        "topics": "orders.*"}
+MISSING = object()
+
+# (what is wrong, the override, the key the error must name, a phrase the message must contain)
+INVALID = [
+    ("source bootstrap missing", {"source_bootstrap_servers": MISSING}, "source_bootstrap_servers", "required"),
+    ("target bootstrap missing", {"target_bootstrap_servers": MISSING}, "target_bootstrap_servers", "required"),
+    ("bootstrap without port", {"source_bootstrap_servers": "localhost"}, "source_bootstrap_servers", "host:port"),
+    ("bootstrap port 0", {"target_bootstrap_servers": "h:0"}, "target_bootstrap_servers", "1-65535"),
+    ("bootstrap port too high", {"target_bootstrap_servers": "h:70000"}, "target_bootstrap_servers", "1-65535"),
+    ("identity onto the source", {"target_bootstrap_servers": "127.0.0.1:19092"}, "target_bootstrap_servers",
+     "onto itself"),
+    ("topics missing", {"topics": MISSING}, "topics", "required"),
+    ("topics not a regex", {"topics": "orders("}, "topics", "regular expression"),
+    ("exclude not a regex", {"topics_exclude": "ok,[a-"}, "topics_exclude", "regular expression"),
+    ("name with a space", {"name": "my job"}, "name", "letters, digits"),
+    ("name too long", {"name": "n" * 101}, "name", "1-100"),
+    ("group with a slash", {"offsets_group": "a/b"}, "offsets_group", "249"),
+    ("shards zero", {"shards": "0"}, "shards", "between 1 and 4096"),
+    ("shards not a number", {"shards": "four"}, "shards", "integer"),
+    ("shards a boolean", {"shards": True}, "shards", "boolean"),
+    ("spark master scheme", {"master": "foo://x"}, "master", "Spark master URL"),
+    ("guarantee", {"guarantee": "maybe-once"}, "guarantee", "exactly-once, at-least-once"),
+    ("batch records zero", {"max_records_per_batch": "0"}, "max_records_per_batch", ">= 1"),
+    ("batch bytes tiny", {"max_bytes_per_batch": "10"}, "max_bytes_per_batch", ">= 1024"),
+    ("transaction records negative", {"max_records_per_transaction": "-5"}, "max_records_per_transaction", ">= 1"),
+    ("transaction seconds zero", {"max_transaction_seconds": "0"}, "max_transaction_seconds", "positive"),
+    ("transaction seconds infinite", {"max_transaction_seconds": "inf"}, "max_transaction_seconds", "finite"),
+    ("transaction seconds nan", {"max_transaction_seconds": "nan"}, "max_transaction_seconds", "positive"),
+    ("transaction timeout tiny", {"transaction_timeout_ms": "10"}, "transaction_timeout_ms", "1000 and 900000"),
+    ("transaction timeout above broker max", {"transaction_timeout_ms": "1000000"}, "transaction_timeout_ms",
+     "900000"),
+    ("timeout shorter than two transactions", {"transaction_timeout_ms": "5000", "max_transaction_seconds": "10"},
+     "transaction_timeout_ms", "twice"),
+    ("trigger negative", {"trigger_interval_ms": "-1"}, "trigger_interval_ms", ">= 0"),
+    ("on data loss", {"on_data_loss": "ignore"}, "on_data_loss", "fail, skip"),
+    ("replication policy", {"replication_policy": "custom"}, "replication_policy", "identity, prefix"),
+    ("alias with a dot", {"replication_policy": "prefix", "source_alias": "a.b"}, "source_alias", "'.'"),
+    ("replication factor zero", {"replication_factor": "0"}, "replication_factor", "between 1 and 32767"),
+    ("metrics port too high", {"metrics_port": "70000"}, "metrics_port", "65535"),
+    ("metrics port a word", {"metrics_port": "http"}, "metrics_port", "integer"),
+    ("readiness negative", {"readiness_window_seconds": "-5"}, "readiness_window_seconds", "positive"),
+    ("log format", {"log_format": "xml"}, "log_format", "text, json"),
+    ("log level", {"log_level": "TRACE"}, "log_level", "DEBUG, INFO, WARNING, ERROR"),
+    ("boolean option", {"sync_topic_configs": "perhaps"}, "sync_topic_configs", "true or false"),
+    ("client map is a string", {"source": "security.protocol=SSL"}, "source", "map of librdkafka"),
+    ("source isolation overridden", {"source": {"isolation.level": "read_uncommitted"}},
+     "source.isolation.level", "cannot be overridden"),
+    ("target transactional.id overridden", {"target": {"transactional.id": "x"}}, "target.transactional.id",
+     "cannot be overridden"),
+    ("target idempotence overridden", {"target": {"enable.idempotence": False}}, "target.enable.idempotence",
+     "cannot be overridden"),
+    ("bootstrap inside the client map", {"target": {"bootstrap.servers": "x:1"}}, "target.bootstrap.servers",
+     "target_bootstrap_servers"),
+    ("client property name", {"source": {"Bad Key": "1"}}, "source.Bad Key", "librdkafka property"),
+    ("client property nested", {"source": {"ssl.endpoint": {"a": 1}}}, "source.ssl.endpoint", "scalar"),
+    ("security protocol misspelt", {"source": {"security.protocol": "PLAINTXT"}}, "source.security.protocol",
+     "SASL_SSL"),
+    ("sasl mechanism unknown", {"target": {"sasl.mechanism": "PLAIN2"}}, "target.sasl.mechanism", "SCRAM-SHA-512"),
+    ("spark keys", {"spark": {"executor.memory": "1g"}}, "spark", "spark."),
+    ("unknown option", {"shardz": "4"}, "shardz", "did you mean 'shards'"),
+]
+
+
+def _flags(override: dict) -> dict:
+    merged = {**BASE, **override}
+    return {k: v for k, v in merged.items() if v is not MISSING}
+
+
+def test_at_least_25_kinds_of_invalid_configuration_are_covered():
+    assert len({key for _, _, key, _ in INVALID}) >= 25
+
+
+@pytest.mark.parametrize("what, override, key, phrase", INVALID, ids=[c[0] for c in INVALID])
+def test_invalid_configuration_names_the_key(what, override, key, phrase):
+    with pytest.raises(ConfigError) as e:
+        load(_flags(override), environ={})
+    assert e.value.key == key
+    assert f"'{key}'" in str(e.value) and phrase in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("text, phrase", [
+    ("shards: [1, 2", "not valid YAML"),
+    ("- a list\n- at top level", "map of options"),
+])
+def test_invalid_config_files(tmp_path, text, phrase):
+    path = tmp_path / "replicator.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=path, environ={})
+    assert e.value.key == "config" and phrase in str(e.value)
+
+
+def test_missing_config_file(tmp_path):
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=tmp_path / "absent.yaml", environ={})
+    assert e.value.key == "config" and "cannot read" in str(e.value)
+
+
+def test_invalid_values_from_the_file_and_the_environment_name_the_key(tmp_path):
+    path = tmp_path / "replicator.yaml"
+    path.write_text("shards: -3\n")
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=path, environ={})
+    assert e.value.key == "shards"
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), environ={"REPLICATOR_MAX_RECORDS_PER_BATCH": "lots"})
+    assert e.value.key == "max_records_per_batch"
+
+
+def test_secret_values_never_appear_in_errors():
+    with pytest.raises(ConfigError) as e:
+        load(_flags({"source": {"sasl.password": "hunter2", "security.protocol": "SASL_PLAINTXT"}}), environ={})
+    assert "hunter2" not in str(e.value)
+    assert is_secret("sasl.password")
+
+
+def test_flags_win_over_environment_over_file(tmp_path):
+    path = tmp_path / "replicator.yaml"
+    path.write_text("shards: 2\nname: from-file\nlog_level: ERROR\n")
+    cfg = load({**BASE, "shards": "8"}, config_file=path,
+               environ={"REPLICATOR_SHARDS": "4", "REPLICATOR_NAME": "from-env"})
+    assert (cfg.shards, cfg.name, cfg.log_level) == (8, "from-env", "ERROR")
+
+
+def test_valid_configuration_with_security_settings_and_prefix_onto_the_same_cluster():
+    cfg = load(_flags({"target_bootstrap_servers": "127.0.0.1:19092", "replication_policy": "prefix",
+                       "source": {"security.protocol": "sasl_ssl", "sasl.mechanism": "SCRAM-SHA-512"}}),
+               environ={})
+    assert cfg.source["security.protocol"] == "sasl_ssl"
+    assert cfg.group == "__replicator.replicator"
