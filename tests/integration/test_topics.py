@@ -44,8 +44,8 @@ def _topics(bootstrap: str, containing: str) -> dict[str, int]:
 
 
 def _configs(bootstrap: str, topic: str) -> dict[str, ConfigEntry]:
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic)
-    return _admin(bootstrap).describe_configs([resource])[resource].result(timeout=30)
+    resource, admin = ConfigResource(ConfigResource.Type.TOPIC, topic), _admin(bootstrap)
+    return admin.describe_configs([resource])[resource].result(timeout=30)
 
 
 def _overrides(bootstrap: str, topic: str) -> dict[str, str]:
@@ -56,8 +56,8 @@ def _overrides(bootstrap: str, topic: str) -> dict[str, str]:
 def _alter(bootstrap: str, topic: str, **values: str) -> None:
     entries = [ConfigEntry(k.replace("_", "."), v, incremental_operation=AlterConfigOpType.SET)
                for k, v in values.items()]
-    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries)
-    _admin(bootstrap).incremental_alter_configs([resource])[resource].result(timeout=30)
+    resource, admin = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=entries), _admin(bootstrap)
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
 
 
 def _cluster_id(bootstrap: str) -> str:
@@ -174,9 +174,10 @@ def test_topics_created_grown_synced_and_deleted_while_running(sandbox, unique, 
         _alter(src, compact, retention_ms="172800000")
         create_topic(src, late, 2)
         produce_transactional(src, late, _records([0, 1], 50, "late"), f"p-{unique}-4")
-        _admin(src).create_partitions([NewPartitions(plain, 3)])[plain].result(timeout=30)
+        admin = _admin(src)
+        admin.create_partitions([NewPartitions(plain, 3)])[plain].result(timeout=30)
         produce_transactional(src, plain, _records([0, 1, 2], 60, "grown"), f"p-{unique}-2")
-        _admin(src).delete_topics([doomed])[doomed].result(timeout=30)
+        admin.delete_topics([doomed])[doomed].result(timeout=30)
 
         wait_until(lambda: _caught_up(src, dst, group, late, late), 240, "the new topic copied", job)
         wait_until(lambda: _caught_up(src, dst, group, plain, plain), 240, "the new partition copied", job)
