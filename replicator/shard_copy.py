@@ -173,7 +173,11 @@ class ShardCopier:
         states = self._resume_points(ranges)
         if not states:
             return
-        self.consumer.assign([TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()])
+        tps = [TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()]
+        self.consumer.assign(tps)
+        # librdkafka keeps a partition's pause flag across unassign/assign: this worker's consumer
+        # paused it when an earlier range finished.
+        self.consumer.resume(tps)
         last_progress = time.monotonic()
         injected = False
         while not all(s.done for s in states.values()):

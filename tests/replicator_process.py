@@ -14,6 +14,13 @@ from pathlib import Path
 BIN = Path(sys.executable).with_name("replicator")
 
 
+def _stop_with_parent() -> None:
+    """If the test process dies (crash, CI timeout), the job gets SIGTERM instead of running on."""
+    import ctypes
+
+    ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+
+
 class ReplicatorProcess:
     def __init__(self, sandbox, topics: str, name: str, log_path: Path, *extra: str,
                  env: dict[str, str] | None = None, source=None, target=None) -> None:
@@ -30,7 +37,7 @@ class ReplicatorProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         # A new session, so signals reach only what the test means to hit (the driver or its group).
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True)
+                                     start_new_session=True, preexec_fn=_stop_with_parent)
         return self
 
     @property

@@ -257,9 +257,10 @@ class Sandbox:
     """The source and target clusters as one unit for the CLI, the demo and the tests."""
 
     def __init__(self, root: Path | None = None, version: str = DEFAULT_KAFKA_VERSION,
-                 source_tv: int | None = None, target_tv: int | None = None) -> None:
+                 source_tv: int | None = None, target_tv: int | None = None,
+                 port_shift: int | None = None) -> None:
         root = root or default_root()
-        shift = _port_shift()
+        shift = _port_shift() if port_shift is None else port_shift
         self.source = KafkaCluster("source", SOURCE_PORT + shift, root, version, source_tv)
         self.target = KafkaCluster("target", TARGET_PORT + shift, root, version, target_tv)
 

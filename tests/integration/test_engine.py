@@ -117,7 +117,7 @@ def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
         for round_no, shards in enumerate(("2", "3", "1")):
             job = ReplicatorProcess(sandbox, topic, name, logs / f"job{round_no}.log", "--shards", shards,
                                     "--max-records-per-batch", "20000").start()
-            wait_until(lambda: "progress:" in job.log(), 180, "the job to run", job)
+            wait_until(lambda j=job: "progress:" in j.log(), 180, "the job to run", job)
             time.sleep(rng.uniform(1, 8))
             job.sigkill()
             _leftover_scratch(name)
@@ -178,3 +178,76 @@ def test_zombie_twin_is_fenced_and_never_duplicates(sandbox, unique, logs):
     assert "fenced" in logs_text, "neither twin reported being fenced"
     assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) > 20_000
     target_is_stable(sandbox, topic)
+
+
+@pytest.fixture(scope="module")
+def sandbox_tv0(tmp_path_factory):
+    """A second pair of clusters whose target speaks the pre-KIP-890 transaction protocol."""
+    from replicator.sandbox import Sandbox
+    from replicator.sandbox.cluster import _port_shift
+
+    box = Sandbox(root=tmp_path_factory.mktemp("tv0"), target_tv=0, port_shift=_port_shift() + 50)
+    box.up(fresh=True)
+    yield box
+    box.down()
+
+
+def test_transaction_version_0_target_survives_sigkill_restarts(sandbox_tv0, unique, logs):
+    sandbox = sandbox_tv0
+    topic, name = f"tv0-{unique}", f"tv0-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
+    produce_transactional(sandbox.source.bootstrap, topic, sample_records(40_000), f"pre-{unique}",
+                          per_txn=1_000, abort_every=6)
+    stop, produced = threading.Event(), [0]
+    feeder = threading.Thread(target=_background_producer, args=(sandbox, topic, unique, stop, produced))
+    feeder.start()
+    try:
+        for round_no in range(2):
+            job = ReplicatorProcess(sandbox, topic, name, logs / f"job{round_no}.log", "--shards", "2",
+                                    "--max-records-per-batch", "10000").start()
+            wait_until(lambda j=job: "progress:" in j.log(), 180, "the job to run", job)
+            time.sleep(3 + 2 * round_no)
+            job.sigkill()
+            _leftover_scratch(name)
+    finally:
+        stop.set()
+        feeder.join()
+    with ReplicatorProcess(sandbox, topic, name, logs / "final.log", "--shards", "2") as job:
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 300, "catch-up after crashes", job)
+        assert job.sigterm() == 0
+    assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)
+    target_is_stable(sandbox, topic)
+
+
+@pytest.mark.parametrize("policy", ["fail", "skip"])
+def test_retention_overtaking_replication_is_never_silent(sandbox, unique, logs, policy):
+    """Records deleted on the source before being copied: `fail` stops naming the partition and the
+    lost range; `skip` jumps to the log start, logs it, and carries on."""
+    from confluent_kafka import TopicPartition
+
+    topic, name = f"loss-{policy}-{unique}", f"loss-{policy}-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, 1)
+    produce_transactional(sandbox.source.bootstrap, topic, sample_records(1_000, partitions=1), f"a-{unique}")
+    with ReplicatorProcess(sandbox, topic, name, logs / "first.log", "--shards", "1") as job:
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}", 1), 240, "first copy", job)
+        assert job.sigterm() == 0
+    produce_transactional(sandbox.source.bootstrap, topic, sample_records(1_000, 1_000, partitions=1), f"b-{unique}")
+    committed = fake_group_offsets(sandbox.target.bootstrap, f"__replicator.{name}")[(topic, 0)]
+    cut = end_offsets(sandbox.source.bootstrap, topic, 1)[0] - 100
+    admin = AdminClient({"bootstrap.servers": sandbox.source.bootstrap})
+    admin.delete_records([TopicPartition(topic, 0, cut)])[TopicPartition(topic, 0, cut)].result(30)
+
+    job = ReplicatorProcess(sandbox, topic, name, logs / "second.log", "--shards", "1",
+                            "--on-data-loss", policy).start()
+    if policy == "fail":
+        assert job.wait(300) == 1
+        assert f"{topic}[0]" in job.log() and f"offsets {committed}..{cut - 1}" in job.log()
+        assert fake_group_offsets(sandbox.target.bootstrap, f"__replicator.{name}")[(topic, 0)] == committed
+        return
+    with job:
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}", 1), 240, "copy after the gap", job)
+        assert job.sigterm() == 0
+    assert "data loss" in job.log() and f"offsets {committed}..{cut - 1}" in job.log()
+    from tests.kafka_helpers import read_all
+    copied = read_all(sandbox.target.bootstrap, topic, 1)[0]
+    assert len(copied) == 1_000 + 100  # the first run's records, then only what survived retention
