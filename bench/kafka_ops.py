@@ -18,7 +18,8 @@ def admin(bootstrap: str) -> AdminClient:
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
-    fut = admin(bootstrap).create_topics([NewTopic(name, partitions, 1)])[name]
+    a = admin(bootstrap)  # must outlive the future
+    fut = a.create_topics([NewTopic(name, partitions, 1)])[name]
     try:
         fut.result(timeout=60)
     except KafkaException as e:

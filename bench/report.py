@@ -62,8 +62,10 @@ def chart(doc: dict, path: Path) -> None:
 
     rows = doc["catchup"]
     sizes = sorted({r["size"] for r in rows}, reverse=True)
+    if not sizes:
+        return
     keys = [k for k in ORDER if any(r["contender"] == k for r in rows)]
-    fig, axes = plt.subplots(1, len(sizes), figsize=(6 * len(sizes), 5), squeeze=False)
+    fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 5), squeeze=False)
     for ax, size in zip(axes[0], sizes, strict=True):
         meds, lo, hi = [], [], []
         for k in keys:
@@ -82,7 +84,8 @@ def chart(doc: dict, path: Path) -> None:
         ax.set_title(f"catch-up, {n:,} x {size} B, 8 partitions")
         for i, m in enumerate(meds):
             rps = median_rate(rows, keys[i], size)
-            ax.text(m, i, f" {_fmt(m, '.0f')} MB/s, {_fmt(rps, ',.0f')} rec/s", va="center", fontsize=7)
+            ax.text(0, i, f" {_fmt(m, '.1f')} MB/s, {_fmt(rps, ',.0f')} rec/s", va="center", fontsize=7,
+                    color="white", fontweight="bold")
     fig.suptitle(f"{doc['machine']['cores']} cores, {doc['runs']} interleaved runs, {doc['started']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -95,7 +98,7 @@ def tables(doc: dict) -> list[str]:
     for size in sorted({r["size"] for r in rows}, reverse=True):
         n = max(r["records"] for r in rows if r["size"] == size)
         out += [f"### Catch-up, {n:,} records x {size} B, {doc['partitions']} partitions", "",
-                "| contender | records/s | MB/s | CPU s/GB | peak RSS MiB | start-up to first record s | "
+                "| contender | records/s | MB/s | CPU s/GB | peak RSS MiB | start-up to first record written s | "
                 "vs MM2 EOS | vs txn produce ceiling | runs ok |",
                 "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for k in ORDER:

@@ -95,7 +95,7 @@ def main(argv: list[str] | None = None) -> int:
                               flush=True)
         if not args.no_steady:
             max_rate = args.max_rate or report.median_rate(doc["catchup"], "replicator-eos", 1024) or 20_000
-            step = args.steady_step_s or (10.0 if args.quick else 20.0)
+            step = args.steady_step_s or (10.0 if args.quick else 15.0)
             steady_contenders = [c for c in contenders if c.key in steady.CONTENDERS]
             for run in range(1, runs + 1):
                 for c in steady_contenders:
