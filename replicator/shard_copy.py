@@ -131,6 +131,11 @@ class ShardCopier:
                 return self.stats
             except KafkaException as e:
                 err = e.args[0]
+                if err.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+                    # Retrying cannot help: the same record is refused again. The open transaction is
+                    # aborted by the next init_transactions() (the driver fences every shard on exit).
+                    raise RuntimeError(f"shard {self.shard}: the target refused a record as too large, nothing "
+                                       f"of the transaction was committed: {err.str()}") from None
                 if kafka_clients.is_fenced(err):
                     self.stats.fenced += 1
                     log.warning("shard fenced: another producer now holds transactional.id %s; "
