@@ -209,8 +209,9 @@ class Replicator:
             self.query.awaitTermination(0.5)
             if time.monotonic() >= next_progress:
                 try:
-                    self.mappings = topic_sync.ensure_target_topics(
-                        self.cfg, source, target, topic_sync.discover(self.cfg, source))
+                    selected, skipped = topic_sync.selection(self.cfg, source)
+                    self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
+                    self.mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
                     lags = partition_lags(self.cfg, source, target, self.mappings)
                     lag = sum(x.records for x in lags)
                 except KafkaException as e:
@@ -227,6 +228,14 @@ class Replicator:
         error = self.query.exception()
         if error is not None and not self.stop_requested.is_set():
             raise RuntimeFailure(f"the streaming query failed: {_root_cause(error)}")
+
+    def _on_deleted(self, topics: list[str]) -> None:
+        for topic in topics:
+            log.warning("source topic %s was deleted; the target topic is kept", topic,
+                        extra={"event": "source_topic_deleted", "topic": topic})
+            for o in self.observers:  # optional hook: metrics count it
+                if hasattr(o, "on_topic_deleted"):
+                    o.on_topic_deleted(topic)
 
     def _stop_query(self) -> None:
         deadline = time.monotonic() + self.cfg.transaction_timeout_ms / 1000

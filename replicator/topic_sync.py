@@ -104,6 +104,11 @@ def discover(cfg: ReplicatorConfig, source: AdminClient, timeout: float = 30.0) 
     return selection(cfg, source, timeout)[0]
 
 
+def deleted(before: list[TopicMapping], selected: Mapping[str, int], skipped: Mapping[str, str]) -> list[str]:
+    """Source topics replicated before that the source no longer lists at all (not merely unavailable)."""
+    return sorted(m.source for m in before if m.source not in selected and m.source not in skipped)
+
+
 def mappings_for(cfg: ReplicatorConfig, topics: Mapping[str, int]) -> list[TopicMapping]:
     policy = policy_for(cfg)
     return [TopicMapping(s, policy.target_topic(s), n) for s, n in sorted(topics.items())]
