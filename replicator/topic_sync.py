@@ -49,10 +49,8 @@ CONFIG_EXCLUDES = (
 MANAGED = ("cleanup.policy", "message.timestamp.type", "max.message.bytes")
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _TOPIC_ALREADY_EXISTS = 36
-
-
-class TopicSyncError(RuntimeError):
-    """A target topic cannot be made fit for replication (creation or growth refused)."""
+# Failures are plain RuntimeErrors: when one ends the streaming query, the driver reports it by its
+# "RuntimeError: " line, so the user reads e.g. why a target topic could not be grown.
 
 
 @dataclass(frozen=True)
@@ -224,13 +222,13 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
             log.info("created target topic %s", topic, extra={"event": "topic_created", "topic": topic})
         except KafkaException as e:
             if e.args[0].code() != _TOPIC_ALREADY_EXISTS:  # else another planner got there first
-                raise TopicSyncError(f"creating target topic {topic!r} failed: {e.args[0].str()}") from None
+                raise RuntimeError(f"creating target topic {topic!r} failed: {e.args[0].str()}") from None
     for topic, fut in (target.create_partitions(to_grow, request_timeout=60).items() if to_grow else []):
         try:
             fut.result()
             log.info("grew target topic %s", topic, extra={"event": "topic_grown", "topic": topic})
         except KafkaException as e:
-            raise TopicSyncError(f"target topic {topic!r} has fewer partitions than its source and could "
+            raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
                                  f"not be grown: {e.args[0].str()}") from None
     if to_create or to_grow:
         _await_metadata(target, {p.mapping.target: p.mapping.partitions for p in plans
@@ -247,7 +245,7 @@ def _await_metadata(target: AdminClient, wanted: dict[str, int], timeout: float 
         if not short:
             return
         if time.monotonic() > deadline:
-            raise TopicSyncError(f"target topics {sorted(short)} not visible with their partitions "
+            raise RuntimeError(f"target topics {sorted(short)} not visible with their partitions "
                                  f"{timeout:.0f}s after creation")
         time.sleep(0.2)
 
