@@ -17,6 +17,7 @@ import time
 from pathlib import Path
 
 import click
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator import config as config_mod
@@ -40,7 +41,7 @@ class _Job:
         self.log_path = log_path
         args = [sys.executable, "-m", "replicator.cli", "run", "--source-bootstrap-servers", source,
                 "--target-bootstrap-servers", target, "--topics", r"demo\..*", "--name", NAME,
-                "--metrics-port", "0"]
+                "--metrics-port", "0", "--max-records-per-batch", "50000"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         threading.Thread(target=self._pump, daemon=True).start()
@@ -55,7 +56,8 @@ class _Job:
                     click.echo(click.style("  [replicator] ", fg="red") + line.rstrip())
 
     def kill(self) -> None:
-        os.killpg(self.proc.pid, signal.SIGKILL)
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
 
     def terminate(self) -> int:
@@ -99,12 +101,24 @@ def _lag(cfg: config_mod.ReplicatorConfig) -> int:
     return sum(x.records for x in partition_lags(cfg, src, tgt, [TopicMapping(TOPIC, TOPIC, PARTITIONS)]))
 
 
+def _copied(bootstrap: str) -> int:
+    return sum(_group_offsets(bootstrap).values())
+
+
 def _group_offsets(bootstrap: str) -> dict[int, int]:
-    group = read_group(AdminClient({"bootstrap.servers": bootstrap}), f"__replicator.{NAME}")
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"__replicator.{NAME}", "enable.auto.commit": False})
+    group = read_group(reader, [TOPIC])
+    reader.close()
     return {p: c.offset for (t, p), c in sorted(group.items()) if t == TOPIC}
 
 
-def _watch(producer: SampleProducer, cfg, seconds: float) -> None:
+def _watch(producer: SampleProducer, cfg, seconds: float, target: str) -> None:
+    """Progress every 5 s; the clock starts once the replicator has committed its first batch."""
+    before = _copied(target)
+    while _copied(target) == before:
+        time.sleep(2)
+        _say(f"source: {producer.committed} records committed, {producer.aborted} aborted | lag {_lag(cfg)} "
+             "| waiting for the replicator's first commit")
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
         time.sleep(min(5.0, max(0.0, deadline - time.monotonic())))
@@ -124,25 +138,25 @@ def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
     cfg = config_mod.load({"source_bootstrap_servers": box.source.bootstrap,
                            "target_bootstrap_servers": box.target.bootstrap, "topics": r"demo\..*",
                            "name": NAME}, environ={})
-    AdminClient({"bootstrap.servers": box.source.bootstrap}).create_topics(
-        [NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+    admin = AdminClient({"bootstrap.servers": box.source.bootstrap})  # alive until its future resolves
+    admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
     producer = SampleProducer(box.source.bootstrap, TOPIC, PARTITIONS, records_per_second=rate)
     producer.start()
     _say(f"sample producer: {rate} records/s into {TOPIC}, every 5th transaction aborted")
     log_path = Path(tempfile.gettempdir()) / "replicator-demo.log"
     log_path.write_text("")
-    code = 1
+    code, job = 1, None
     try:
         _say(f"starting the replicator (Spark local mode; log: {log_path}) ...")
         job = _Job(box.source.bootstrap, box.target.bootstrap, log_path)
-        _watch(producer, cfg, seconds + 20)
+        _watch(producer, cfg, seconds, box.target.bootstrap)
         _say(click.style("SIGKILL the replicator mid-stream (driver, Spark JVM, workers)", fg="yellow"))
         job.kill()
         offsets = _group_offsets(box.target.bootstrap)
         _say(f"offsets committed on the target (fake group __replicator.{NAME}): {offsets}")
         _say("restarting with nothing but its config: it resumes from exactly those offsets")
         job = _Job(box.source.bootstrap, box.target.bootstrap, log_path)
-        _watch(producer, cfg, seconds + 20)
+        _watch(producer, cfg, seconds, box.target.bootstrap)
         producer.stop()
         _say(f"sample producer stopped: {producer.committed} committed, {producer.aborted} aborted records")
         deadline = time.monotonic() + 180
@@ -170,6 +184,8 @@ def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
         click.echo("=" * 64)
         code = 0 if exact and exit_code == 0 else 1
     finally:
+        if job is not None:
+            job.kill()
         if producer.is_alive():
             producer.stop()
         if not keep_sandbox:

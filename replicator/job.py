@@ -60,17 +60,16 @@ def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
                 f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
                 f"the group was written by another job or the source topic was recreated. Use another "
                 f"--name/--offsets-group, or delete the group to start over.")
-    fence_previous_layouts(cfg, target)
+    fence_previous_layouts(cfg)
     return mappings
 
 
-def fence_previous_layouts(cfg: ReplicatorConfig, target=None) -> int:
+def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
     """init_transactions() on every shard id of the old and new layouts: fences zombies of either
     and aborts whatever transaction a crashed predecessor left open, before any new write."""
     if not cfg.exactly_once:
         return 0
-    target = target or kafka_clients.target_admin(cfg)
-    layouts = {c.metadata.shards for c in read_group(target, cfg.group).values() if c.metadata}
+    layouts = {c.metadata.shards for c in read_group(kafka_clients.group_reader(cfg)).values() if c.metadata}
     count = max([cfg.shard_count, *layouts])
     if layouts - {cfg.shard_count}:
         log.info("shard layout changed from %s to %d: fencing the previous transactional ids",
@@ -273,7 +272,7 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> in
 
     metrics = MetricsObserver(cfg)
     try:
-        server = HealthServer(cfg.metrics_host, cfg.metrics_port, metrics.metrics.registry, metrics.readiness)
+        server = HealthServer(cfg.metrics_host, cfg.metrics_port, metrics.metrics.exposition, metrics.readiness)
     except OSError as e:
         log.error("%s", e)
         return 1

@@ -12,6 +12,7 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from replicator import kafka_clients
 from replicator.config import ReplicatorConfig
+from replicator.kafka_clients import group_reader
 from replicator.offsets import read_group
 from replicator.topic_sync import TopicMapping
 
@@ -58,7 +59,7 @@ def partition_lags(cfg: ReplicatorConfig, source: AdminClient, target: AdminClie
     req = {TopicPartition(s, p): OffsetSpec.earliest() for s, _, p in tps}
     starts = {(tp.topic, tp.partition): f.result().offset for tp, f in
               source.list_offsets(req, request_timeout=30).items()}
-    committed = read_group(target, cfg.group)
+    committed = read_group(group_reader(cfg), {m.target for m in mappings})
     return [PartitionLag(s, t, p, ends[(s, p)],
                          committed[(t, p)].offset if (t, p) in committed else -1, starts[(s, p)])
             for s, t, p in tps]

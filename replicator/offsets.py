@@ -10,10 +10,10 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
 
 from replicator.kafka_clients import kafka_error
 
@@ -81,25 +81,17 @@ def read_committed(reader: Consumer, target_tps: list[tuple[str, int]], timeout:
     return out
 
 
-def read_group(admin: AdminClient, group: str, timeout: float = 30.0) -> dict[tuple[str, int], Committed]:
-    """All stable offsets of the fake group (driver, `replicator lag`, `verify`)."""
-    from confluent_kafka import ConsumerGroupTopicPartitions
+def read_group(reader: Consumer, topics: Iterable[str] | None = None, timeout: float = 60.0
+               ) -> dict[tuple[str, int], Committed]:
+    """Every stable offset the fake group holds (for `topics`, or all topics of the target).
 
-    deadline = time.monotonic() + timeout
-    while True:
-        fut = admin.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)], require_stable=True,
-                                                request_timeout=timeout)[group]
-        try:
-            result = fut.result()
-        except KafkaException as e:
-            err = kafka_error(e)
-            if err is not None and _transient(err) and time.monotonic() < deadline:
-                time.sleep(0.2)
-                continue
-            raise
-        tps = result.topic_partitions or []
-        if any(tp.error is not None for tp in tps) and time.monotonic() < deadline:
-            time.sleep(0.2)  # UNSTABLE_OFFSET_COMMIT: a transaction is being completed
-            continue
-        return {(tp.topic, tp.partition): Committed(tp.offset, CommitMetadata.decode(tp.metadata))
-                for tp in tps if tp.offset >= 0}
+    Deliberately not AdminClient.list_consumer_group_offsets: in librdkafka 2.16 a coordinator error
+    in its response (routine on a starting broker) dereferences the admin client's missing consumer
+    group handle and kills the process (SIGSEGV in rd_kafka_cgrp_op). A member-less Consumer of the
+    group asks the same question through a real group handle.
+    """
+    wanted = set(topics) if topics is not None else None
+    metadata = reader.list_topics(timeout=30)
+    tps = [(name, p) for name, t in metadata.topics.items() if t.error is None and not name.startswith("__")
+           and (wanted is None or name in wanted) for p in t.partitions]
+    return {tp: c for tp, c in read_committed(reader, tps, timeout).items() if c.offset >= 0}

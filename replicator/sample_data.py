@@ -19,11 +19,11 @@ class SampleProducer(threading.Thread):
         self.rate, self.per_txn, self.abort_every = records_per_second, per_transaction, abort_every
         self.committed = 0
         self.aborted = 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self.error: BaseException | None = None
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         self.join()
 
     def run(self) -> None:
@@ -37,7 +37,7 @@ class SampleProducer(threading.Thread):
                              "linger.ms": 5})
         producer.init_transactions(60)
         rng, seq, txn = random.Random(7), 0, 0
-        while not self._stop.is_set():
+        while not self._halt.is_set():
             started = time.monotonic()
             txn += 1
             producer.begin_transaction()

@@ -34,7 +34,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from replicator import kafka_clients
+from replicator import kafka_clients, logs
 from replicator.config import ReplicatorConfig
 from replicator.sharding import shard_of
 
@@ -70,6 +70,9 @@ class ReplicationPlanner(DataSourceStreamReader):
 
     def __init__(self, options: dict[str, str]) -> None:
         self.cfg = ReplicatorConfig.from_json(options["config"])
+        # This Python process is Spark's, not the driver's: topic events logged here (created, grown,
+        # synced, deleted) need the job's log format too.
+        logs.configure(self.cfg.log_format, self.cfg.log_level)
         self.stop_flag = options.get("stop_flag", "")
         self._admins = None
         self._topics: dict[str, tuple[str, int]] = {}  # source -> (target, partitions)
@@ -139,7 +142,7 @@ class ReplicationPlanner(DataSourceStreamReader):
 
         self._refresh_topics(force=True)
         _, target = self._clients()
-        committed = read_group(target, self.cfg.group)
+        committed = read_group(kafka_clients.group_reader(self.cfg), {t for t, _ in self._topics.values()})
         tps = self._all_partitions()
         earliest = self._list_offsets(OffsetSpec.earliest, tps)
         out: Offsets = {}

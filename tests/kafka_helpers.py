@@ -42,12 +42,13 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
 
 
 def fake_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]:
-    from confluent_kafka.admin import AdminClient
-
     from replicator.offsets import read_group
 
-    admin = AdminClient({"bootstrap.servers": bootstrap})
-    return {tp: c.offset for tp, c in read_group(admin, group).items()}
+    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        return {tp: c.offset for tp, c in read_group(reader).items()}
+    finally:
+        reader.close()
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, committed: bool = True) -> dict[int, int]:

@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from replicator.offsets import read_group
@@ -78,7 +79,9 @@ def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
     # The group holds the NEXT offset to copy: the source's last stable offset, markers included,
     # so an idle transactional source shows zero lag.
     ends = end_offsets(sandbox.source.bootstrap, topic, PARTITIONS)
-    group = read_group(AdminClient({"bootstrap.servers": sandbox.target.bootstrap}), f"__replicator.{name}")
+    reader = Consumer({"bootstrap.servers": sandbox.target.bootstrap, "group.id": f"__replicator.{name}"})
+    group = read_group(reader, [topic])
+    reader.close()
     assert {p: group[(topic, p)].offset for p in range(PARTITIONS)} == ends
     meta = group[(topic, 1)].metadata
     assert meta is not None and meta.source_topic == topic and meta.shards == 2
