@@ -112,6 +112,9 @@ def test_dry_run_maps_exactly_the_selected_topics_under_both_policies(sandbox, u
         create_topic(src, name, partitions)
     create_topic(src, f"sel-{unique}-compact", 3, {"cleanup.policy": "compact", "retention.ms": "3600000",
                                                    "min.insync.replicas": "1"})
+    # Already on the target: short, with a target-only setting and a timestamp type to correct.
+    create_topic(sandbox.target.bootstrap, f"sel-{unique}-orders", 1,
+                 {"retention.ms": "1000", "message.timestamp.type": "LogAppendTime"})
     include = f".*sel-{unique}.*"
 
     identity = _dry_run(sandbox, include, "--topics-exclude", f"sel-{unique}-aud.*")
@@ -126,13 +129,17 @@ def test_dry_run_maps_exactly_the_selected_topics_under_both_policies(sandbox, u
     assert compact["action"] == "create" and compact["partitions"] == 3
     assert compact["configs"] == {"cleanup.policy": "compact", "retention.ms": "3600000",
                                   "message.timestamp.type": "CreateTime"}
+    orders = next(t for t in identity["topics"] if t["source"] == f"sel-{unique}-orders")
+    assert (orders["action"], orders["partitions"], orders["target_partitions"]) == ("grow", 2, 1)
+    assert orders["changes"] == {"message.timestamp.type": {"target": "LogAppendTime", "wanted": "CreateTime"}}
 
     prefix = _dry_run(sandbox, include, "--topics-exclude", f"sel-{unique}-aud.*",
                       "--replication-policy", "prefix", "--source-alias", "east", "--target-alias", "west")
     assert {t["source"]: t["target"] for t in prefix["topics"]} == {
         f"sel-{unique}-orders": f"east.sel-{unique}-orders", f"sel-{unique}-compact": f"east.sel-{unique}-compact"}
     assert "replica of a topic of the target" in prefix["not_replicated"][f"west.sel-{unique}-back"]
-    assert _topics(sandbox.target.bootstrap, f"sel-{unique}") == {}, "a dry run must change nothing"
+    assert _topics(sandbox.target.bootstrap, f"sel-{unique}") == {f"sel-{unique}-orders": 1}, "dry run changed"
+    assert _overrides(sandbox.target.bootstrap, f"sel-{unique}-orders")["message.timestamp.type"] == "LogAppendTime"
 
 
 def test_topics_created_grown_synced_and_deleted_while_running(sandbox, unique, tmp_path):
@@ -172,6 +179,7 @@ def test_topics_created_grown_synced_and_deleted_while_running(sandbox, unique, 
         # new partition, a deleted topic.
         _alter(dst, compact, delete_retention_ms="123456")
         _alter(src, compact, retention_ms="172800000")
+        changed_at = time.monotonic()
         create_topic(src, late, 2)
         produce_transactional(src, late, _records([0, 1], 50, "late"), f"p-{unique}-4")
         admin = _admin(src)
@@ -181,6 +189,9 @@ def test_topics_created_grown_synced_and_deleted_while_running(sandbox, unique, 
 
         wait_until(lambda: _caught_up(src, dst, group, late, late), 240, "the new topic copied", job)
         wait_until(lambda: _caught_up(src, dst, group, plain, plain), 240, "the new partition copied", job)
+        # A measurement for the report, never an assertion.
+        print(f"new topic and new partition copied {time.monotonic() - changed_at:.1f}s after creation "
+              f"(refresh interval 2 s)")
         wait_until(lambda: _overrides(dst, compact).get("retention.ms") == "172800000", 120,
                    "the source config change synced", job)
         wait_until(lambda: f"source topic {doomed} was deleted" in job.log(), 120, "the deletion logged", job)
