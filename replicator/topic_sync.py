@@ -49,6 +49,7 @@ CONFIG_EXCLUDES = (
 MANAGED = ("cleanup.policy", "message.timestamp.type", "max.message.bytes")
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
 _TOPIC_ALREADY_EXISTS = 36
+_INVALID_PARTITIONS = 37
 # Failures are plain RuntimeErrors: when one ends the streaming query, the driver reports it by its
 # "RuntimeError: " line, so the user reads e.g. why a target topic could not be grown.
 
@@ -228,12 +229,20 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
             fut.result()
             log.info("grew target topic %s", topic, extra={"event": "topic_grown", "topic": topic})
         except KafkaException as e:
-            raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
-                                 f"not be grown: {e.args[0].str()}") from None
+            # INVALID_PARTITIONS: the driver's and the planner's refreshes both grew it; fine if it is.
+            wanted = next(p.mapping.partitions for p in plans if p.mapping.target == topic)
+            if e.args[0].code() != _INVALID_PARTITIONS or _partitions(target, topic) < wanted:
+                raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
+                                   f"not be grown: {e.args[0].str()}") from None
     if to_create or to_grow:
         _await_metadata(target, {p.mapping.target: p.mapping.partitions for p in plans
                                  if p.action in ("create", "grow")})
     return [p.mapping for p in plans]
+
+
+def _partitions(target: AdminClient, topic: str) -> int:
+    md = target.list_topics(topic, timeout=30).topics.get(topic)
+    return len(md.partitions) if md is not None and md.error is None else 0
 
 
 def _await_metadata(target: AdminClient, wanted: dict[str, int], timeout: float = 60.0) -> None:

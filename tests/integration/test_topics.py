@@ -248,3 +248,34 @@ def test_prefix_policy_active_active_pair_does_not_loop(sandbox, unique, tmp_pat
         assert assert_identical(west.bootstrap, east.bootstrap, bb, 1, f"west.{bb}") == 50
         assert a.sigterm() == 0
         assert b.sigterm() == 0
+
+
+def test_driver_and_planner_growing_the_same_topics_at_once_is_not_an_error(sandbox, unique):
+    """Both refresh loops may find a target topic short and grow it at the same moment."""
+    import threading
+
+    from replicator.config import load
+    from replicator.topic_sync import ensure_target_topics, selection
+
+    names = [f"race-{unique}-{i}" for i in range(6)]
+    for name in names:
+        create_topic(sandbox.source.bootstrap, name, 4)
+        create_topic(sandbox.target.bootstrap, name, 1)
+    cfg = load({"source_bootstrap_servers": sandbox.source.bootstrap, "topics": f"race-{unique}-.*",
+                "target_bootstrap_servers": sandbox.target.bootstrap}, environ={})
+    selected = selection(cfg, _admin(sandbox.source.bootstrap))[0]
+    errors: list[BaseException] = []
+
+    def grow() -> None:
+        try:
+            ensure_target_topics(cfg, _admin(sandbox.source.bootstrap), _admin(sandbox.target.bootstrap), selected)
+        except BaseException as e:  # noqa: BLE001 - reported by the assertion below
+            errors.append(e)
+
+    threads = [threading.Thread(target=grow) for _ in range(3)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(120)
+    assert errors == []
+    assert _topics(sandbox.target.bootstrap, f"race-{unique}") == dict.fromkeys(names, 4)
