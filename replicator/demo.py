@@ -127,7 +127,7 @@ def _watch(producer: SampleProducer, cfg, seconds: float, target: str) -> None:
 
 @click.command()
 @click.option("--seconds", default=30, show_default=True, help="Replication time before and after the crash.")
-@click.option("--rate", default=3000, show_default=True, help="Sample records per second.")
+@click.option("--rate", default=1000, show_default=True, help="Sample records per second.")
 @click.option("--keep-sandbox", is_flag=True, help="Leave the clusters running afterwards.")
 def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
     """Local clusters, sample data, exactly-once replication, a crash and a verified restart."""
