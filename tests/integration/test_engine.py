@@ -63,18 +63,18 @@ def logs(tmp_path: Path) -> Path:
 def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
     topic, name = f"fidelity-{unique}", f"fid-{unique}"
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
-    records = sample_records(120_000)
+    records = sample_records(130_000)
     # Every 5th source transaction is aborted: none of its records may reach the target.
     committed = produce_transactional(sandbox.source.bootstrap, topic, records, f"src-{unique}",
                                       per_txn=2_000, abort_every=5)
-    assert committed == 96_000
+    assert committed == 104_000
 
     with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2") as job:
         wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up", job)
         assert job.sigterm() == 0
     assert "stopped cleanly" in job.log()
 
-    assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) == 96_000
+    assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) == 104_000
     target_is_stable(sandbox, topic)
     # The group holds the NEXT offset to copy: the source's last stable offset, markers included,
     # so an idle transactional source shows zero lag.
