@@ -10,19 +10,19 @@ import threading
 from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CONTENT_TYPE_LATEST, CollectorRegistry, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST
 
 log = logging.getLogger("replicator.health")
 
 
 class HealthServer:
-    def __init__(self, host: str, port: int, registry: CollectorRegistry,
+    def __init__(self, host: str, port: int, exposition: Callable[[], bytes],
                  readiness: Callable[[], tuple[bool, str]]) -> None:
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:  # noqa: N802 - the http.server API
                 path = self.path.split("?", 1)[0]
                 if path == "/metrics":
-                    self._reply(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+                    self._reply(200, exposition(), CONTENT_TYPE_LATEST)
                 elif path == "/healthz":
                     self._reply(200, b"ok\n")
                 elif path == "/readyz":
@@ -59,5 +59,6 @@ class HealthServer:
         return self
 
     def close(self) -> None:
-        self._server.shutdown()
+        if self._thread.is_alive():  # shutdown() waits for a serve_forever() that never ran otherwise
+            self._server.shutdown()
         self._server.server_close()

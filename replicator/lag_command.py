@@ -65,12 +65,13 @@ def lag(config_file: str | None, fmt: str, max_lag: int | None, max_lag_seconds:
     except KafkaException as e:
         click.echo(f"error: cannot compute the lag: {e.args[0].str()}", err=True)
         sys.exit(EXIT_UNREACHABLE)
-    rows = _rows(lags, time.time())
+    now = time.time()
+    rows = _rows(lags, now)
     total = sum(r["lag_records"] for r in rows)
     oldest = max((r["lag_seconds"] or 0.0 for r in rows), default=0.0)
     if fmt == "json":
-        click.echo(json.dumps({"group": cfg.group, "lag_records": total, "max_lag_seconds": oldest,
-                               "partitions": rows}, indent=2))
+        click.echo(json.dumps({"group": cfg.group, "computed_at": now, "lag_records": total,
+                               "max_lag_seconds": oldest, "partitions": rows}, indent=2))
     else:
         click.echo(_table(rows))
         click.echo(f"total lag {total} offsets over {len(rows)} partitions, oldest unreplicated record "

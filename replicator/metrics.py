@@ -13,7 +13,15 @@ import platform
 import threading
 import time
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, Info, disable_created_metrics
+from prometheus_client import (
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    Info,
+    disable_created_metrics,
+    generate_latest,
+)
 
 from replicator import __version__
 from replicator.config import ReplicatorConfig
@@ -35,6 +43,9 @@ class ReplicatorMetrics:
 
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
         r = self.registry = registry or CollectorRegistry()
+        # Held while a batch or a lag lookup is applied and while scraping: a scrape never sees half
+        # of a batch (say, its offsets but not yet its records).
+        self.lock = threading.Lock()
         self.lag_records = Gauge(
             "replicator_lag_records", "Source last stable offset minus the next source offset committed "
             "in the fake group on the target (offsets still to copy).", PARTITION, registry=r)
@@ -48,6 +59,9 @@ class ReplicatorMetrics:
                                "Records committed to the target.", PARTITION, registry=r)
         self.bytes = Counter("replicator_replicated_bytes_total",
                              "Key and value bytes committed to the target.", PARTITION, registry=r)
+        self.committed_offset = Gauge(
+            "replicator_committed_offset", "Next source offset committed to the target's offsets group "
+            "by the last transaction of the partition.", PARTITION, registry=r)
         self.last_commit = Gauge("replicator_last_commit_timestamp_seconds",
                                  "Unix time of the last transaction that committed records of the partition.",
                                  PARTITION, registry=r)
@@ -79,6 +93,11 @@ class ReplicatorMetrics:
         self.ready = Gauge("replicator_ready", "1 when /readyz answers 200.", registry=r)
         self.build = Info("replicator_build", "Version of the replicator and its runtime.", registry=r)
         self.build.info({"version": __version__, "python": platform.python_version()})
+
+    def exposition(self) -> bytes:
+        """The Prometheus text format of every metric, consistent across one batch."""
+        with self.lock:
+            return generate_latest(self.registry)
 
 
 class MetricsObserver:
@@ -114,12 +133,17 @@ class MetricsObserver:
 
     def on_batch(self, stats: dict) -> None:
         m = self.metrics
+        with m.lock:
+            self._apply_batch(m, stats)
+
+    def _apply_batch(self, m: ReplicatorMetrics, stats: dict) -> None:
         now = time.time()
-        for key, (records, nbytes, _next_offset, committed_at) in stats.get("partitions", {}).items():
+        for key, (records, nbytes, next_offset, committed_at) in stats.get("partitions", {}).items():
             topic, partition = key.rsplit("|", 1)
             labels = (topic, partition, self._policy.target_topic(topic))
             m.records.labels(*labels).inc(records)
             m.bytes.labels(*labels).inc(nbytes)
+            m.committed_offset.labels(*labels).set(next_offset)
             m.last_commit.labels(*labels).set(committed_at)
         for seconds in stats.get("latency_seconds", []):
             m.latency.observe(max(0.0, seconds))
@@ -144,6 +168,10 @@ class MetricsObserver:
         except Exception as e:  # noqa: BLE001 - the offsets lag is still exact without the ages
             log.warning("lag in seconds unavailable: %s", e)
         m = self.metrics
+        with m.lock:
+            self._apply_lags(m, lags, started)
+
+    def _apply_lags(self, m: ReplicatorMetrics, lags: list[PartitionLag], started: float) -> None:
         current = set()
         for x in lags:
             labels = (x.source_topic, str(x.partition), x.target_topic)
