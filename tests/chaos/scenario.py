@@ -1,0 +1,216 @@
+"""One fault-injection run: workload, replicator, concurrent reader, a schedule of faults, and the
+final checks. Every process is addressed by PID; everything started here is stopped here.
+
+Fault kinds (each waits afterwards until the fake group moves on, proving recovery):
+  kill            SIGKILL of the replicator's whole process group, Spark checkpoint deleted, restart
+  term            SIGTERM (clean stop), restart
+  pause           SIGSTOP/SIGCONT of the replicator, longer than the transaction timeout
+  zombie          the replicator is frozen, a second instance takes over, the first resumes (and must
+                  be fenced), then the first is stopped
+  source-kill / source-bounce / target-kill / target-bounce   hard and clean broker restarts
+  target-pause    SIGSTOP/SIGCONT of the target broker, longer than the transaction timeout
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tests.chaos.reader import ConcurrentReader
+from tests.chaos.workload import Copiers, Trickle, verifiable_produce
+from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets
+from tests.replicator_process import ReplicatorProcess, wait_until
+
+TRANSACTION_TIMEOUT_MS = 10_000
+PAUSE_S = TRANSACTION_TIMEOUT_MS / 1000 + 5
+FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce", "target-kill", "target-bounce",
+               "target-pause")
+BIN = Path(sys.executable).with_name("replicator")
+
+
+@dataclass
+class ChaosResult:
+    records: int
+    faults: list[str] = field(default_factory=list)
+    verify: dict = field(default_factory=dict)
+    verify_exit: int = -1
+    reader_records: int = 0
+    reader_out_of_order: list[str] = field(default_factory=list)
+    reader_errors: list[str] = field(default_factory=list)
+    vp_values_seen: int = 0
+    vp_acked: int = 0
+    trickle_committed: int = 0
+    trickle_uncertain: int = 0
+    trickle_seen: int = 0
+    trickle_aborted_seen: int = 0
+    group_equals_source_end: bool = False
+    seconds: float = 0.0
+
+
+class ChaosRun:
+    def __init__(self, sandbox, workdir: Path, tag: str, records: int, partitions: int = 2,
+                 faults: list[str] | tuple[str, ...] = FAULT_KINDS, shards: int = 2) -> None:
+        self.sandbox, self.workdir, self.tag = sandbox, workdir, tag
+        self.records, self.partitions, self.faults, self.shards = records, partitions, list(faults), shards
+        self.input, self.topic, self.name = f"chaos-in-{tag}", f"chaos-{tag}", f"chaos-{tag}"
+        self.group = f"__replicator.{self.name}"
+        self.truth = workdir / "ground-truth.jsonl"
+        self.tmp = workdir / "tmp"  # the replicator's scratch (Spark checkpoint) lives here
+        self.tmp.mkdir(parents=True, exist_ok=True)
+        self.runs = 0
+        self.log = workdir / "chaos.log"
+
+    # -- helpers ------------------------------------------------------------------------------
+    def _note(self, text: str) -> None:
+        with open(self.log, "a") as f:
+            f.write(f"{time.strftime('%H:%M:%S')} {text}\n")
+
+    def _replicator(self) -> ReplicatorProcess:
+        self.runs += 1
+        proc = ReplicatorProcess(self.sandbox, self.topic, self.name, self.workdir / f"replicator-{self.runs}.log",
+                                 "--shards", str(self.shards),
+                                 env={"TMPDIR": str(self.tmp), "REPLICATOR_TRANSACTION_TIMEOUT_MS":
+                                      str(TRANSACTION_TIMEOUT_MS), "REPLICATOR_MAX_TRANSACTION_SECONDS": "2",
+                                      "REPLICATOR_MAX_RECORDS_PER_BATCH": "20000"})
+        return proc.start()
+
+    def _committed(self) -> int:
+        try:
+            return sum(fake_group_offsets(self.sandbox.target.bootstrap, self.group).values())
+        except Exception:  # noqa: BLE001 - the target may be down by design right now
+            return -1
+
+    def _await_progress(self, since: int, proc: ReplicatorProcess, what: str) -> None:
+        wait_until(lambda: self._committed() > since, 300, f"progress after {what}", proc, interval=2.0)
+
+    def _await_ready(self, proc: ReplicatorProcess) -> None:
+        wait_until(lambda: "progress:" in proc.log(), 300, "the replicator to start", proc)
+
+    # -- faults ------------------------------------------------------------------------------
+    def _inject(self, kind: str, proc: ReplicatorProcess) -> ReplicatorProcess:
+        box = self.sandbox
+        if kind == "kill":
+            proc.sigkill()
+            shutil.rmtree(self.tmp)  # the checkpoint of the killed run goes with it
+            self.tmp.mkdir()
+            proc = self._replicator()
+        elif kind == "term":
+            code = proc.sigterm(timeout=180)
+            assert code == 0, f"SIGTERM exit code {code}"
+            proc = self._replicator()
+        elif kind == "pause":
+            os.killpg(proc.pid, signal.SIGSTOP)
+            time.sleep(PAUSE_S)
+            os.killpg(proc.pid, signal.SIGCONT)
+        elif kind == "zombie":
+            os.killpg(proc.pid, signal.SIGSTOP)
+            twin = self._replicator()
+            self._await_ready(twin)
+            self._await_progress(self._committed(), twin, "the twin took over")
+            os.killpg(proc.pid, signal.SIGCONT)  # the zombie wakes up mid-transaction
+            time.sleep(PAUSE_S)
+            proc.sigkill()
+            proc = twin
+        elif kind in ("source-kill", "target-kill"):
+            cluster = box.source if kind.startswith("source") else box.target
+            cluster.kill()
+            time.sleep(2)
+            cluster.start()
+        elif kind in ("source-bounce", "target-bounce"):
+            cluster = box.source if kind.startswith("source") else box.target
+            cluster.stop()
+            time.sleep(2)
+            cluster.start()
+        elif kind == "target-pause":
+            box.target.signal(signal.SIGSTOP)
+            time.sleep(PAUSE_S)
+            box.target.signal(signal.SIGCONT)
+        else:
+            raise ValueError(kind)
+        return proc
+
+    # -- the run -----------------------------------------------------------------------------
+    def run(self) -> ChaosResult:
+        started = time.monotonic()
+        box = self.sandbox
+        create_topic(box.source.bootstrap, self.input, self.partitions)
+        create_topic(box.source.bootstrap, self.topic, self.partitions)
+        partition_of = verifiable_produce(box.source.bootstrap, self.input, self.records,
+                                          self.workdir / "verifiable-producer.log")
+        result = ChaosResult(self.records, vp_acked=sum(1 for p in partition_of if p >= 0))
+        self._note(f"VerifiableProducer: {result.vp_acked} of {self.records} acknowledged")
+        copiers = Copiers(box.source.bootstrap, self.input, self.topic, self.partitions, self.workdir, self.tag)
+        trickle = Trickle(box.source.bootstrap, self.topic, self.partitions, self.truth, self.tag)
+        trickle.start()
+        proc = self._replicator()
+        reader = None
+        try:
+            self._await_ready(proc)
+            create_deadline = time.monotonic() + 120
+            while self._committed() <= 0 and time.monotonic() < create_deadline:
+                time.sleep(1)  # the target topic exists once the first transaction committed
+            reader = ConcurrentReader(box.target.bootstrap, self.topic, self.partitions, partition_of)
+            reader.start()
+            for kind in self.faults:
+                if kind.startswith("source"):
+                    # The Java copiers are the ground truth's writers: they must not die under the test.
+                    wait_until(copiers.done, 1800, "the transactional copiers to finish", interval=2.0)
+                before = self._committed()
+                self._note(f"fault {kind} (group at {before})")
+                proc = self._inject(kind, proc)
+                result.faults.append(kind)
+                self._await_progress(before, proc, kind)
+            wait_until(copiers.done, 1800, "the transactional copiers to finish", interval=2.0)
+            trickle.stop.set()
+            trickle.join(300)
+            assert trickle.error is None, f"trickle writer failed: {trickle.error!r}"
+            ends = end_offsets(box.source.bootstrap, self.topic, self.partitions)
+            want = {(self.topic, p): ends[p] for p in range(self.partitions)}
+            wait_until(lambda: fake_group_offsets(box.target.bootstrap, self.group) == want, 900,
+                       "the fake group to reach the source end", proc, interval=2.0)
+            assert proc.sigterm(timeout=180) == 0
+            target_ends = end_offsets(box.target.bootstrap, self.topic, self.partitions)
+            wait_until(lambda: reader.caught_up_to(target_ends), 300, "the concurrent reader to catch up")
+        finally:
+            if proc.running():
+                proc.sigkill()
+            copiers.kill()
+            trickle.stop.set()
+            if reader is not None:
+                reader.stop.set()
+                reader.join(60)
+        result.group_equals_source_end = fake_group_offsets(box.target.bootstrap, self.group) == want
+        verify = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", box.source.bootstrap,
+                                 "--target-bootstrap-servers", box.target.bootstrap, "--topics", self.topic,
+                                 "--name", self.name, "--quiesced", "--require-caught-up", "--ground-truth",
+                                 str(self.truth), "--format", "json", "--no-progress"],
+                                capture_output=True, text=True, timeout=1800)
+        (self.workdir / "verify.json").write_text(verify.stdout + verify.stderr)
+        result.verify_exit = verify.returncode
+        result.verify = json.loads(verify.stdout) if verify.stdout.strip() else {"stderr": verify.stderr}
+        result.reader_records = reader.records
+        result.reader_out_of_order = reader.out_of_order
+        result.reader_errors = reader.errors
+        result.vp_values_seen = sum(n for s, n in reader.seen.items() if s.startswith("vp-"))
+        result.trickle_committed, result.trickle_uncertain = trickle.committed, len(trickle.uncertain)
+        result.trickle_seen = reader.seen["trickle"]
+        committed_or_uncertain = self._trickle_allowed(trickle)
+        result.trickle_aborted_seen = len(reader.seen_trickle - committed_or_uncertain)
+        result.seconds = time.monotonic() - started
+        self._note(f"result: {json.dumps({k: v for k, v in result.__dict__.items() if k != 'verify'})}")
+        return result
+
+    def _trickle_allowed(self, trickle: Trickle) -> set[int]:
+        allowed = set(trickle.uncertain)
+        for line in self.truth.read_text().splitlines():
+            row = json.loads(line)
+            if "committed" in row:
+                allowed.add(int(row["committed"][2:]))
+        return allowed
