@@ -82,6 +82,9 @@ class ReplicatorMetrics:
                                    "Target producers recreated after a fatal error.", registry=r)
         self.data_loss = Counter("replicator_data_loss_events_total",
                                  "Source ranges lost to retention before they were copied.", registry=r)
+        self.topics_deleted = Counter("replicator_source_topics_deleted_total",
+                                      "Selected source topics that were deleted (their target topics are kept).",
+                                      ("topic",), registry=r)
         self.batches = Counter("replicator_batches_total", "Micro-batches whose writers committed.", registry=r)
         self.batch_records = Histogram("replicator_batch_records", "Records committed per micro-batch.",
                                        buckets=_RECORDS_BUCKETS, registry=r)
@@ -187,6 +190,10 @@ class MetricsObserver:
         self.lag_total = sum(x.records for x in lags)
         self.last_lag_at = started
         m.lag_refresh.set(started)
+
+    def on_topic_deleted(self, topic: str) -> None:
+        with self.metrics.lock:
+            self.metrics.topics_deleted.labels(topic).inc()
 
     def on_stop(self) -> None:
         self._stopped = True

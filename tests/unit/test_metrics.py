@@ -100,6 +100,12 @@ def test_lag_gauges_follow_the_partitions_looked_up():
     assert value(obs, "replicator_lag_seconds", **labels(2)) is None
 
 
+def test_deleted_source_topics_are_counted():
+    obs = MetricsObserver(CFG)
+    obs.on_topic_deleted("orders")
+    assert value(obs, "replicator_source_topics_deleted_total", topic="orders") == 1
+
+
 def test_partition_lag_records_and_seconds():
     fresh = PartitionLag("t", "t", 0, source_end=50, committed=-1, log_start=10)
     assert fresh.records == 40 and fresh.resume == 10
