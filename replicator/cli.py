@@ -124,6 +124,8 @@ def connection_options(f):
         click.option("--offsets-group", help="The fake consumer group on the target holding offsets."),
         click.option("--replication-policy", help="identity (same names) or prefix (ALIAS.topic)."),
         click.option("--source-alias", help="Source cluster alias used by the prefix policy."),
+        click.option("--target-alias", help="Target cluster alias: topics carrying it as a prefix are "
+                                            "replicas from the target and are never sent back."),
     ]):
         f = opt(f)
     return f

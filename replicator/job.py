@@ -49,7 +49,10 @@ def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
             admin.list_topics(timeout=20)
         except KafkaException as e:
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}") from None
-    mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
+    try:
+        mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
+    except (RuntimeError, KafkaException) as e:
+        raise RuntimeFailure(f"preparing target topics failed: {e}") from None
     if not mappings:
         log.warning("no source topic matches the selection yet; new topics are picked up every %ss",
                     cfg.refresh_topics_interval_seconds)

@@ -280,6 +280,14 @@ class ShardCopier:
         if st is not None and err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             self._on_out_of_range(st)
             return
+        if st is not None and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
+                                             KafkaError._UNKNOWN_PARTITION):
+            # The source topic was deleted mid-batch: its range ends here, its offsets stay where they
+            # are; the planner drops the topic at its next refresh.
+            log.warning("source %s[%d] disappeared while being copied; its range ends at offset %d",
+                        st.r.source_topic, st.r.partition, st.next, extra={"event": "topic_deleted"})
+            st.done = True
+            return
         raise KafkaException(err)
 
     def _on_out_of_range(self, st: _PartitionState) -> None:

@@ -15,7 +15,6 @@ from replicator.topic_filter import NOT_INCLUDED
 
 @click.command()
 @connection_options
-@click.option("--target-alias", help="Target cluster alias: the prefix policy never sends back ALIAS.* topics.")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
 def topics(config_file: str | None, fmt: str, **flags) -> None:
     """Dry run: selected topics, their target names, partitions and configs, and the drift today."""
