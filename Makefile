@@ -39,7 +39,7 @@ demo: $(STAMP) jars
 	$(BIN)/replicator demo
 
 chaos: $(STAMP) jars
-	$(BIN)/pytest -q -m chaos tests
+	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(BIN)/pytest -q -m chaos tests
 
 bench: $(STAMP) jars
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

@@ -91,19 +91,20 @@ class GroundTruth:
     acked: set[int] = field(default_factory=set)
 
     @classmethod
-    def load(cls, path: str | Path) -> GroundTruth:
+    def load(cls, paths: Iterable[str | Path]) -> GroundTruth:
         """JSON lines: `{"aborted": "<value>"}` or VerifiableProducer's `producer_send_success` lines."""
         truth = cls()
-        with open(path) as f:
-            for line in f:
-                line = line.strip()
-                if not line.startswith("{"):
-                    continue
-                row = json.loads(line)
-                if "aborted" in row:
-                    truth.aborted.add(value_digest(str(row["aborted"]).encode()))
-                elif row.get("name") == "producer_send_success":
-                    truth.acked.add(value_digest(str(row["value"]).encode()))
+        for path in paths:
+            with open(path) as f:
+                for line in f:
+                    line = line.strip()
+                    if not line.startswith("{"):
+                        continue
+                    row = json.loads(line)
+                    if "aborted" in row:
+                        truth.aborted.add(value_digest(str(row["aborted"]).encode()))
+                    elif row.get("name") == "producer_send_success":
+                        truth.acked.add(value_digest(str(row["value"]).encode()))
         return truth
 
 
@@ -486,8 +487,8 @@ def _summary(report: Report) -> str:
 
 @click.command()
 @connection_options
-@click.option("--ground-truth", type=click.Path(exists=True, dir_okay=False),
-              help="JSON lines: {\"aborted\": VALUE} (must never be visible) and VerifiableProducer "
+@click.option("--ground-truth", type=click.Path(exists=True, dir_okay=False), multiple=True,
+              help="Repeatable. JSON lines: {\"aborted\": VALUE} (must never be visible) and VerifiableProducer "
                    "producer_send_success lines (must all arrive once replication caught up).")
 @click.option("--quiesced", is_flag=True,
               help="The replicator is stopped: any open transaction or LSO < HW on the target is a violation.")
@@ -495,7 +496,7 @@ def _summary(report: Report) -> str:
               help="Offsets group behind the source's end is a violation (source producers stopped).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a tty).")
-def verify(config_file: str | None, ground_truth: str | None, quiesced: bool, require_caught_up: bool,
+def verify(config_file: str | None, ground_truth: tuple[str, ...], quiesced: bool, require_caught_up: bool,
            fmt: str, progress: bool | None, **flags) -> None:
     """Audit a replication: compare source and target record by record up to the offsets group.
 

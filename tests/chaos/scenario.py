@@ -28,8 +28,8 @@ from tests.chaos.workload import Copiers, Trickle, verifiable_produce
 from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets
 from tests.replicator_process import ReplicatorProcess, wait_until
 
-TRANSACTION_TIMEOUT_MS = 10_000
-PAUSE_S = TRANSACTION_TIMEOUT_MS / 1000 + 5
+TRANSACTION_TIMEOUT_MS = 6_000
+PAUSE_S = TRANSACTION_TIMEOUT_MS / 1000 + 3
 FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce", "target-kill", "target-bounce",
                "target-pause")
 BIN = Path(sys.executable).with_name("replicator")
@@ -190,7 +190,8 @@ class ChaosRun:
         verify = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", box.source.bootstrap,
                                  "--target-bootstrap-servers", box.target.bootstrap, "--topics", self.topic,
                                  "--name", self.name, "--quiesced", "--require-caught-up", "--ground-truth",
-                                 str(self.truth), "--format", "json", "--no-progress"],
+                                 str(self.truth), "--ground-truth", str(self.workdir / "verifiable-producer.log"),
+                                 "--format", "json", "--no-progress"],
                                 capture_output=True, text=True, timeout=1800)
         (self.workdir / "verify.json").write_text(verify.stdout + verify.stderr)
         result.verify_exit = verify.returncode

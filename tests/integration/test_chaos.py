@@ -15,9 +15,11 @@ import pytest
 from replicator.sandbox import Sandbox
 from tests.chaos.scenario import FAULT_KINDS, ChaosResult, ChaosRun
 
+# The full matrix; both knobs exist only to record a scaled-down run honestly in RELIABILITY.md.
 FULL_RECORDS = int(os.environ.get("REPLICATOR_CHAOS_RECORDS", "1000000"))
-FULL_FAULTS = (["kill", "term"] * 10 + ["pause", "zombie", "pause", "source-kill", "source-bounce", "target-kill",
-                                         "target-bounce", "target-pause", "target-pause"])
+KILL_ROUNDS = int(os.environ.get("REPLICATOR_CHAOS_KILL_ROUNDS", "10"))
+FULL_FAULTS = (["kill", "term"] * KILL_ROUNDS + ["pause", "zombie", "pause", "source-kill", "source-bounce",
+                                                  "target-kill", "target-bounce", "target-pause", "target-pause"])
 
 
 def assert_exactly_once(result: ChaosResult) -> None:
@@ -74,5 +76,5 @@ def test_full_fault_matrix(request, tv, unique, tmp_path):
     workdir = Path(out) / f"tv{tv}-{unique}" if out else tmp_path
     workdir.mkdir(parents=True, exist_ok=True)
     result = ChaosRun(box, workdir, unique, records=FULL_RECORDS, partitions=4, faults=FULL_FAULTS, shards=2).run()
-    assert sum(1 for f in result.faults if f in ("kill", "term", "zombie")) >= 20
+    assert result.faults == FULL_FAULTS
     assert_exactly_once(result)
