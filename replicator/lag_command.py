@@ -61,7 +61,13 @@ def lag(config_file: str | None, fmt: str, max_lag: int | None, max_lag_seconds:
 
     source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
     try:
-        lags = with_ages(cfg, partition_lags(cfg, source, target, _mappings(cfg, source)))
+        mappings = _mappings(cfg, source)
+    except KafkaException as e:
+        click.echo(f"error: cannot reach the source cluster at {cfg.source_bootstrap_servers}: "
+                   f"{e.args[0].str()}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    try:
+        lags = with_ages(cfg, partition_lags(cfg, source, target, mappings))
     except KafkaException as e:
         click.echo(f"error: cannot compute the lag: {e.args[0].str()}", err=True)
         sys.exit(EXIT_UNREACHABLE)
