@@ -34,6 +34,9 @@ _LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30,
 _TXN_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 _BATCH_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 120, 300)
 _RECORDS_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000)
+# Writer stats that deserve a warning when non-zero, by metric name.
+_EVENTS = {"transactions_aborted": "aborted", "producer_fenced": "fenced",
+           "producer_recreations": "producer_recreations", "data_loss_events": "data_loss_events"}
 # `*_created` series double the exposition for nothing a dashboard or alert here uses.
 disable_created_metrics()
 
@@ -161,6 +164,13 @@ class MetricsObserver:
         m.batch_records.observe(stats.get("records", 0))
         m.last_progress.set(now)
         self.last_batch_at = now
+        # Rare events get a log line whose fields are named like the metrics, for log-based alerting.
+        events = {name: stats.get(key, 0) for name, key in _EVENTS.items() if stats.get(key, 0)}
+        if events:
+            log.warning("batch %s: %s", stats.get("batch"), ", ".join(f"{k}={v}" for k, v in events.items()),
+                        extra={"batch": stats.get("batch"), **{f"replicator_{k}_total": v for k, v in events.items()}})
+        log.debug("batch %s committed %d records", stats.get("batch"), stats.get("records", 0),
+                  extra={"batch": stats.get("batch"), "replicator_batch_records": stats.get("records", 0)})
 
     def on_lag(self, lags: list[PartitionLag]) -> None:
         if not lags:

@@ -82,6 +82,17 @@ def test_batch_stats_become_counters_histograms_and_offsets():
     assert value(obs, "replicator_replication_latency_seconds_bucket", le="2.5") == 8
 
 
+def test_rare_batch_events_are_logged_with_metric_names(caplog):
+    obs = MetricsObserver(CFG)
+    with caplog.at_level("WARNING", logger="replicator.metrics"):
+        obs.on_batch(BATCH)
+        obs.on_batch({**BATCH, "aborted": 0, "producer_recreations": 0})
+    [record] = caplog.records
+    assert record.getMessage() == "batch 3: transactions_aborted=1, producer_recreations=1"
+    assert record.replicator_transactions_aborted_total == 1
+    assert record.replicator_producer_recreations_total == 1
+
+
 def test_lag_gauges_follow_the_partitions_looked_up():
     obs = MetricsObserver(CFG)
     caught_up = [PartitionLag("orders", "east.orders", p, 100, 100, 0) for p in range(3)]
