@@ -184,7 +184,8 @@ def measure(design: str, box: Sandbox, topic: str, size: int, rnd: int, name: st
         run.startup_s = t0 - launched
         run.window_s = now - t0
         run.records_per_s = records / run.window_s if run.window_s > 0 else 0.0
-        tv, v0 = first_visible
+        # The last commit can land between the offsets poll and the group poll.
+        tv, v0 = first_visible or (now, records)
         run.committed_window_s = now - tv
         # Offsets here count the commit markers too (one per partition and transaction): an estimate.
         run.committed_records_per_s = (records - v0) / run.committed_window_s if now > tv else 0.0
