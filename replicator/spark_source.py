@@ -154,9 +154,14 @@ class ReplicationPlanner(DataSourceStreamReader):
     def latestOffset(self, start: Offsets, limit=None) -> Offsets:
         if self.stop_flag and os.path.exists(self.stop_flag):
             return start  # stopping: plan nothing new, let the running batch finish
-        self._refresh_topics()
-        tps = self._all_partitions()
-        latest = self._list_offsets(OffsetSpec.latest, tps)
+        try:
+            self._refresh_topics()
+            tps = self._all_partitions()
+            latest = self._list_offsets(OffsetSpec.latest, tps)
+        except KafkaException as e:
+            # A source broker restarting ("No leaders found"): plan nothing this trigger, ask again next.
+            log.warning("source offsets unavailable (%s); retrying at the next trigger", e.args[0].str())
+            return start
         tps = [tp for tp in tps if tp in latest]
         new = [tp for tp in tps if str(tp[1]) not in start.get(tp[0], {})]
         begin = {tp: start[tp[0]][str(tp[1])] for tp in tps if tp not in new}
