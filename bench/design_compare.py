@@ -261,7 +261,7 @@ def machine() -> str:
     return (f"{os.cpu_count()} cores ({cpu}), {psutil.virtual_memory().total / 2**30:.0f} GiB, "
             f"{platform.system()} {platform.release()}; Python {platform.python_version()}, "
             f"PySpark {pyspark.__version__}, pyarrow {pyarrow.__version__}, confluent-kafka "
-            f"{confluent_kafka.version()[0]} / librdkafka {confluent_kafka.libversion()[0]}, "
+            f"{confluent_kafka.__version__} / librdkafka {confluent_kafka.libversion()[0]}, "
             f"{java[0] if java else 'java ?'}, Kafka {DEFAULT_KAFKA_VERSION} (two single-node KRaft brokers)")
 
 
@@ -330,7 +330,7 @@ def report(runs: list[Run], sizes: list[tuple[int, int]], cmdline: str, load_wai
         "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     summary = []
-    for size, _ in sizes:
+    for _, size in sizes:
         ratios, cpu_ratios = [], []
         for a, b in pairs(runs, size):
             ratio = b.records_per_s / a.records_per_s if a.ok and b.ok and a.records_per_s else float("nan")
