@@ -139,7 +139,8 @@ def connection_options(f):
 @click.option("--max-records-per-transaction", type=str, help="Bound of one target transaction.")
 @click.option("--on-data-loss", help="fail (default) or skip when retention overtook replication.")
 @click.option("--guarantee", help="exactly-once (default) or at-least-once.")
-@click.option("--metrics-port", type=str, help="Port of /metrics, /healthz and /readyz (default 9400).")
+@click.option("--metrics-port", type=str, help="Port of /metrics, /healthz and /readyz (default 9400; 0: any free).")
+@click.option("--metrics-host", help="Address the metrics port binds to (default 0.0.0.0).")
 @click.option("--log-format", help="text or json.")
 def run(config_file: str | None, **flags) -> None:
     """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure, 2 invalid configuration.

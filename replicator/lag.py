@@ -59,7 +59,11 @@ def partition_lags(cfg: ReplicatorConfig, source: AdminClient, target: AdminClie
     req = {TopicPartition(s, p): OffsetSpec.earliest() for s, _, p in tps}
     starts = {(tp.topic, tp.partition): f.result().offset for tp, f in
               source.list_offsets(req, request_timeout=30).items()}
-    committed = read_group(group_reader(cfg), {m.target for m in mappings})
+    reader = group_reader(cfg)
+    try:
+        committed = read_group(reader, {m.target for m in mappings})
+    finally:
+        reader.close()
     return [PartitionLag(s, t, p, ends[(s, p)],
                          committed[(t, p)].offset if (t, p) in committed else -1, starts[(s, p)])
             for s, t, p in tps]

@@ -308,7 +308,9 @@ class ShardCopier:
         if st.next >= st.r.end:
             self._finish(st)
         else:
-            self.consumer.seek(TopicPartition(st.r.source_topic, st.r.partition, st.next))
+            # seek() is refused on a partition in error state; re-adding it to the assignment works.
+            self.consumer.incremental_unassign([tp])
+            self.consumer.incremental_assign([TopicPartition(st.r.source_topic, st.r.partition, st.next)])
 
     def _commit(self, producer: Producer, states: dict, started: float) -> None:
         advanced = [s for s in states.values() if s.dirty]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 
@@ -21,7 +21,7 @@ def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,
                          "enable.auto.commit": False, "isolation.level": isolation,
                          "enable.partition.eof": True})
     try:
-        consumer.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
         out: dict[int, list] = {p: [] for p in range(partitions)}
         at_eof: set[int] = set()
         deadline = time.monotonic() + timeout

@@ -29,7 +29,8 @@ class ReplicatorProcess:
         self.args = [str(BIN), "run", "--source-bootstrap-servers", source.bootstrap,
                      "--target-bootstrap-servers", target.bootstrap, "--topics", topics,
                      "--name", name, "--metrics-port", "0", *extra]
-        self.env = {**os.environ, **(env or {})}
+        # Test jobs serve /metrics on loopback only (the product default, 0.0.0.0, is for containers).
+        self.env = {**os.environ, "REPLICATOR_METRICS_HOST": "127.0.0.1", **(env or {})}
         self.log_path = log_path
         self.proc: subprocess.Popen | None = None
 
