@@ -67,7 +67,6 @@ class ReplicatorConfig:
     master: str = ""
     guarantee: str = "exactly-once"
     max_records_per_batch: int = 1_000_000
-    max_bytes_per_batch: int = 512 * 1024 * 1024
     max_records_per_transaction: int = 200_000
     max_transaction_seconds: float = 10.0
     transaction_timeout_ms: int = 60_000
@@ -294,7 +293,6 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "master": _master,
     "guarantee": _choice("exactly-once", "at-least-once"),
     "max_records_per_batch": lambda k, v: _positive_int(k, v, 1),
-    "max_bytes_per_batch": lambda k, v: _positive_int(k, v, 1024),
     "max_records_per_transaction": lambda k, v: _positive_int(k, v, 1),
     "max_transaction_seconds": _positive_float,
     "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, 900_000),

@@ -31,7 +31,6 @@ INVALID = [
     ("spark master scheme", {"master": "foo://x"}, "master", "Spark master URL"),
     ("guarantee", {"guarantee": "maybe-once"}, "guarantee", "exactly-once, at-least-once"),
     ("batch records zero", {"max_records_per_batch": "0"}, "max_records_per_batch", ">= 1"),
-    ("batch bytes tiny", {"max_bytes_per_batch": "10"}, "max_bytes_per_batch", ">= 1024"),
     ("transaction records negative", {"max_records_per_transaction": "-5"}, "max_records_per_transaction", ">= 1"),
     ("transaction seconds zero", {"max_transaction_seconds": "0"}, "max_transaction_seconds", "positive"),
     ("transaction seconds infinite", {"max_transaction_seconds": "inf"}, "max_transaction_seconds", "finite"),
