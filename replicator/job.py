@@ -95,9 +95,7 @@ class BatchStats:
 
     def __init__(self, on_batch: Callable[[dict], None] | None = None) -> None:
         self.records = 0
-        self.bytes = 0
         self.batches = 0
-        self.last_batch_at = 0.0
         self._lock = threading.Lock()
         self._on_batch = on_batch
         stats = self
@@ -119,9 +117,7 @@ class BatchStats:
     def add(self, stats: dict) -> None:
         with self._lock:
             self.records += stats.get("records", 0)
-            self.bytes += stats.get("bytes", 0)
             self.batches += 1
-            self.last_batch_at = time.time()
         if self._on_batch:
             self._on_batch(stats)
 
