@@ -76,6 +76,8 @@ class ReplicatorConfig:
     source_alias: str = "source"
     target_alias: str = "target"
     refresh_topics_interval_seconds: float = 10.0
+    # Well inside the broker's offsets.retention.minutes (7 days by default) for idle partitions.
+    offsets_refresh_interval_seconds: float = 86_400.0
     replication_factor: int = -1
     sync_topic_configs: bool = True
     config_sync_exclude: tuple[str, ...] = ()
@@ -302,6 +304,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "source_alias": _alias,
     "target_alias": _alias,
     "refresh_topics_interval_seconds": _positive_float,
+    "offsets_refresh_interval_seconds": _positive_float,
     "replication_factor": lambda k, v: -1 if str(v) == "-1" else _positive_int(k, v, 1, 32767),
     "sync_topic_configs": _boolean,
     "config_sync_exclude": _regex_list,

@@ -95,3 +95,40 @@ def read_group(reader: Consumer, topics: Iterable[str] | None = None, timeout: f
     tps = [(name, p) for name, t in metadata.topics.items() if t.error is None and not name.startswith("__")
            and (wanted is None or name in wanted) for p in t.partitions]
     return {tp: c for tp, c in read_committed(reader, tps, timeout).items() if c.offset >= 0}
+
+
+def keep_alive(cfg, idle: list[tuple[str, str, int]]) -> int:
+    """Re-commits the unchanged offsets of idle partitions (source topic, target topic, partition).
+
+    A never-joined group's offsets expire `offsets.retention.minutes` (7 days by default) after
+    their last commit; an expired offset would make the next start copy the partition again. The
+    commit goes through the owning shard's transactional id, so it fences (and is fenced by) that
+    shard's writer like any other write, and it is made of values re-read after the fencing.
+    """
+    from replicator import kafka_clients
+    from replicator.sharding import shard_of
+
+    by_shard: dict[int, list[tuple[str, int]]] = {}
+    for source_topic, target_topic, p in idle:
+        by_shard.setdefault(shard_of(source_topic, p, cfg.shard_count), []).append((target_topic, p))
+    reader = kafka_clients.group_reader(cfg)
+    refreshed = 0
+    try:
+        for shard, tps in sorted(by_shard.items()):
+            producer = kafka_clients.target_producer(cfg, cfg.transactional_id(shard) if cfg.exactly_once else None)
+            if cfg.exactly_once:
+                producer.init_transactions(60)
+            offsets = [TopicPartition(t, p, c.offset, metadata=c.metadata.encode() if c.metadata else None)
+                       for (t, p), c in read_committed(reader, tps).items() if c.offset >= 0]
+            if not offsets:
+                continue
+            if cfg.exactly_once:
+                producer.begin_transaction()
+                producer.send_offsets_to_transaction(offsets, reader.consumer_group_metadata(), 60)
+                producer.commit_transaction(60)
+            else:
+                reader.commit(offsets=offsets, asynchronous=False)
+            refreshed += len(offsets)
+    finally:
+        reader.close()
+    return refreshed

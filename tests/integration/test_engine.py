@@ -69,8 +69,13 @@ def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
                                       per_txn=2_000, abort_every=5)
     assert committed == 104_000
 
-    with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2") as job:
+    # Idle partitions get their unchanged offsets re-committed (so the group never expires them):
+    # a short interval makes that happen during the test, after the catch-up.
+    env = {"REPLICATOR_OFFSETS_REFRESH_INTERVAL_SECONDS": "8"}
+    with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2", env=env) as job:
         wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up", job)
+        wait_until(lambda: "re-committed the offsets of 4 idle partitions" in job.log(), 120,
+                   "the idle offsets refresh", job)
         assert job.sigterm() == 0
     assert "stopped cleanly" in job.log()
 
