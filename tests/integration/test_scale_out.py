@@ -1,0 +1,166 @@
+"""Scale-out for real: the replicator on a Spark standalone cluster (master + 2 workers on loopback)
+loses a worker, with its executor and Python workers, in the middle of replication and stays exact.
+
+The driver runs here in client mode (`--master spark://...`); shard copies run on executors the
+workers spawned. A SIGKILLed executor leaves its shard's transaction open on the target; the retry
+on the surviving executor fences it with the same transactional id, so `replicator verify` must find
+no duplicate, loss or reordering.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import yaml
+
+from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets, produce_transactional
+from tests.replicator_process import ReplicatorProcess, wait_until
+from tests.spark_standalone import LOOPBACK, SPARK_HOME, SparkStandalone, Task
+
+BIN = Path(sys.executable).with_name("replicator")
+PARTITIONS = 8
+PRELOAD = 200_000
+
+
+def records(n: int, start: int) -> list[tuple]:
+    # Recent timestamps: the broker refuses records too far in the future, retention deletes old ones.
+    base_ts = int(time.time() * 1000) - 600_000 - start
+    return [(i % PARTITIONS, None if i % 11 == 0 else f"k{i % 101}".encode(), f"v{i}".encode() + bytes(i % 40),
+             [("seq", str(i).encode())] if i % 2 else None, base_ts + i) for i in range(start, start + n)]
+
+
+def feed(bootstrap: str, topic: str, unique: str, stop: threading.Event, committed: list[int],
+         errors: list[BaseException]) -> None:
+    """Keeps the source moving during the run, with every third transaction aborted."""
+    start = 10_000_000
+    try:
+        while not stop.is_set():
+            committed[0] += produce_transactional(bootstrap, topic, records(1_500, start), f"bg-{unique}",
+                                                  per_txn=500, abort_every=3)
+            start += 1_500
+            time.sleep(0.3)
+    except BaseException as e:  # noqa: BLE001 - handed to the test, which fails on it
+        errors.append(e)
+
+
+@pytest.fixture
+def cluster(tmp_path: Path):
+    spark = SparkStandalone(tmp_path / "spark", workers=2, cores=1, memory="1g")
+    try:
+        yield spark.start()
+    finally:
+        spark.stop()
+
+
+def caught_up(bootstrap_source: str, bootstrap_target: str, topic: str, group: str):
+    def check() -> bool:
+        ends = end_offsets(bootstrap_source, topic, PARTITIONS)
+        done = fake_group_offsets(bootstrap_target, group)
+        return all(done.get((topic, p), -1) == ends[p] for p in range(PARTITIONS))
+    return check
+
+
+def running(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def kill_a_worker_mid_task(cluster: SparkStandalone, behind) -> tuple[int, list[int], list[Task]]:
+    """SIGKILLs a warm worker (it finished tasks already) with a task in flight, while the target is
+    behind. The worker's tree is frozen (SIGSTOP) while its executor's log is read, so the task seen
+    in flight cannot finish before the kill. Returns the worker, the PIDs killed, the tasks lost."""
+    for n in (0, 1):
+        daemon = cluster.worker(n)
+        if not behind() or sum(t.finished for t in cluster.tasks(n)) < 2:
+            continue
+        daemon.signal_tree(signal.SIGSTOP)
+        victims = daemon.tree()
+        in_flight = [t for t in cluster.tasks(n) if not t.finished]
+        if in_flight:
+            return n, daemon.kill(victims), in_flight
+        daemon.signal_tree(signal.SIGCONT)
+    return -1, [], []
+
+
+def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, cluster, unique, tmp_path):
+    src, dst = sandbox.source.bootstrap, sandbox.target.bootstrap
+    topic, name = f"scale-{unique}", f"scale-{unique}"
+    group = f"__replicator.{name}"
+    create_topic(src, topic, PARTITIONS)
+    preloaded = produce_transactional(src, topic, records(PRELOAD, 0), f"pre-{unique}", per_txn=2_000,
+                                      abort_every=6)
+    config = tmp_path / "replicator.yaml"
+    # Everything on loopback; one 1-core executor per worker; Spark retries a task lost with its executor.
+    config.write_text(yaml.safe_dump({"spark": {
+        "spark.driver.host": LOOPBACK, "spark.driver.bindAddress": LOOPBACK,
+        "spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
+        "spark.task.maxFailures": "4"}}))
+    env = {"SPARK_LOCAL_IP": LOOPBACK, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
+    behind = lambda: not caught_up(src, dst, topic, group)()  # noqa: E731
+
+    stop, fed, feed_errors = threading.Event(), [0], []
+    feeder = threading.Thread(target=feed, args=(src, topic, unique, stop, fed, feed_errors))
+    feeder.start()
+    job = ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--config", str(config),
+                            "--master", cluster.url, "--shards", "4", "--max-records-per-batch", "20000",
+                            env=env)
+    try:
+        job.start()
+        wait_until(lambda: "progress:" in job.log(), 240, "the job to run", job)
+        # One application, an executor on each worker, and both executors run shard copies.
+        wait_until(lambda: all(cluster.tasks(n) for n in (0, 1)), 240, "tasks on both workers", job)
+        assert [a["name"] for a in cluster.state()["activeapps"]] == [f"replicator-{name}"]
+        assert all(cluster.worker_state(n)["coresused"] == 1 for n in (0, 1)), cluster.state()["workers"]
+
+        outcome: list[tuple[int, list[int], list[Task]]] = []
+
+        def killed() -> bool:
+            outcome[:] = [kill_a_worker_mid_task(cluster, behind)]
+            return outcome[0][0] >= 0
+        wait_until(killed, 240, "a warm worker with a task in flight while the target is behind", job,
+                   interval=0.2)
+        victim, pids, lost = outcome[0]
+        survivor = 1 - victim
+        # The worker JVM, its executor JVM and the executor's Python workers: all gone.
+        assert len(pids) >= 3 and not [p for p in pids if running(p)], pids
+        wait_until(lambda: cluster.worker_state(victim)["state"] == "DEAD", 120, "the master to see the loss", job)
+        wait_until(lambda: "Lost executor" in job.log(), 120, "the driver to see the executor lost", job)
+        # Each task lost with the executor is attempted again on the surviving worker.
+        retried = {(t.stage, t.index, t.attempt + 1) for t in lost}
+        wait_until(lambda: retried <= {(t.stage, t.index, t.attempt) for t in cluster.tasks(survivor)}, 240,
+                   f"the lost tasks {lost} to be retried on the surviving worker", job)
+        # Replication carries on there alone, with the feeder still producing.
+        done_before = sum(t.finished for t in cluster.tasks(survivor))
+        wait_until(lambda: sum(t.finished for t in cluster.tasks(survivor)) >= done_before + 8, 240,
+                   "eight more tasks on the surviving worker", job)
+    finally:
+        stop.set()
+        feeder.join()
+    assert not feed_errors, feed_errors
+    try:
+        wait_until(caught_up(src, dst, topic, group), 300, "catch-up after the worker loss", job)
+        assert job.sigterm() == 0
+    finally:
+        if job.running():
+            job.sigkill()
+    assert "stopped cleanly" in job.log()
+
+    verify = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", src, "--target-bootstrap-servers",
+                             dst, "--topics", topic, "--name", name, "--format", "json"],
+                            capture_output=True, text=True, timeout=300)
+    report = json.loads(verify.stdout)
+    assert verify.returncode == 0, (verify.stderr, report["violations"])
+    assert report["ok"] is True and report["violations"] == []
+    assert fed[0] > 0
+    assert report["totals"]["source_records"] == preloaded + fed[0]
+    assert assert_identical(src, dst, topic, PARTITIONS) == preloaded + fed[0]
