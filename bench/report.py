@@ -84,8 +84,8 @@ def chart(doc: dict, path: Path) -> None:
         ax.set_title(f"catch-up, {n:,} x {size} B, 8 partitions")
         for i, m in enumerate(meds):
             rps = median_rate(rows, keys[i], size)
-            ax.text(0, i, f" {_fmt(m, '.1f')} MB/s, {_fmt(rps, ',.0f')} rec/s", va="center", fontsize=7,
-                    color="white", fontweight="bold")
+            ax.text(m + hi[i], i, f" {_fmt(m, '.1f')} MB/s, {_fmt(rps, ',.0f')} rec/s", va="center", fontsize=7)
+        ax.set_xlim(0, max(m + h for m, h in zip(meds, hi, strict=True)) * 1.6 or 1)
     fig.suptitle(f"{doc['machine']['cores']} cores, {doc['runs']} interleaved runs, {doc['started']}")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
