@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Protocol
 
 from confluent_kafka import KafkaException
+from pyspark.errors import StreamingQueryException
 
 from replicator import kafka_clients, topic_sync
 from replicator.config import ReplicatorConfig
@@ -42,13 +43,18 @@ class JobObserver(Protocol):
 
 def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
     """Everything that must hold before the first record moves."""
-    source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
-    for role, admin, servers in (("source", source, cfg.source_bootstrap_servers),
-                                 ("target", target, cfg.target_bootstrap_servers)):
+    source_errors: list[str] = []
+    target_errors: list[str] = []
+    source = kafka_clients.source_admin(cfg, source_errors)
+    target = kafka_clients.target_admin(cfg, target_errors)
+    for role, admin, servers, errors in (("source", source, cfg.source_bootstrap_servers, source_errors),
+                                         ("target", target, cfg.target_bootstrap_servers, target_errors)):
         try:
             admin.list_topics(timeout=20)
         except KafkaException as e:
-            raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}") from None
+            admin.poll(0)  # serves the error callback
+            cause = f" ({errors[-1]})" if errors else ""
+            raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
     try:
         mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
     except (RuntimeError, KafkaException) as e:
@@ -210,7 +216,10 @@ class Replicator:
             if self.stop_requested.is_set():
                 self._stop_query()
                 break
-            self.query.awaitTermination(0.5)
+            try:
+                self.query.awaitTermination(0.5)
+            except StreamingQueryException:
+                break  # reported below from query.exception(), as a one-line cause
             if time.monotonic() >= next_progress:
                 try:
                     selected, skipped = topic_sync.selection(self.cfg, source)

@@ -15,12 +15,21 @@ from replicator.config import ReplicatorConfig
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
-def source_admin(cfg: ReplicatorConfig) -> AdminClient:
-    return AdminClient({**cfg.source, "bootstrap.servers": cfg.source_bootstrap_servers})
+def source_admin(cfg: ReplicatorConfig, errors: list[str] | None = None) -> AdminClient:
+    return AdminClient(_admin_props(cfg.source, cfg.source_bootstrap_servers, errors))
 
 
-def target_admin(cfg: ReplicatorConfig) -> AdminClient:
-    return AdminClient({**cfg.target, "bootstrap.servers": cfg.target_bootstrap_servers})
+def target_admin(cfg: ReplicatorConfig, errors: list[str] | None = None) -> AdminClient:
+    return AdminClient(_admin_props(cfg.target, cfg.target_bootstrap_servers, errors))
+
+
+def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
+    out = {**props, "bootstrap.servers": servers}
+    if errors is not None:
+        # Why a connection failed (SASL handshake, TLS, refused) reaches only the error callback; the
+        # failing call itself just says "transport failure".
+        out["error_cb"] = lambda err: errors.append(err.str())
+    return out
 
 
 def source_consumer(cfg: ReplicatorConfig) -> Consumer:
