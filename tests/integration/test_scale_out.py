@@ -15,11 +15,13 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import psutil
 import pytest
 import yaml
+from kafka import KafkaAdminClient
 
 from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets, produce_transactional
 from tests.replicator_process import ReplicatorProcess, wait_until
@@ -43,10 +45,10 @@ def feed(bootstrap: str, topic: str, unique: str, stop: threading.Event, committ
     start = 10_000_000
     try:
         while not stop.is_set():
-            committed[0] += produce_transactional(bootstrap, topic, records(1_500, start), f"bg-{unique}",
-                                                  per_txn=500, abort_every=3)
-            start += 1_500
-            time.sleep(0.3)
+            committed[0] += produce_transactional(bootstrap, topic, records(600, start), f"bg-{unique}",
+                                                  per_txn=200, abort_every=3)
+            start += 600
+            time.sleep(0.5)
     except BaseException as e:  # noqa: BLE001 - handed to the test, which fails on it
         errors.append(e)
 
@@ -75,21 +77,33 @@ def running(pid: int) -> bool:
         return False
 
 
-def kill_a_worker_mid_task(cluster: SparkStandalone, behind) -> tuple[int, list[int], list[Task]]:
-    """SIGKILLs a warm worker (it finished tasks already) with a task in flight, while the target is
-    behind. The worker's tree is frozen (SIGSTOP) while its executor's log is read, so the task seen
-    in flight cannot finish before the kill. Returns the worker, the PIDs killed, the tasks lost."""
+def ongoing_transactions(admin: KafkaAdminClient, name: str) -> int:
+    """The job's transactions the target's coordinators hold open (records written, no marker yet)."""
+    ids = [t.transactional_id for rows in admin.list_transactions().values() for t in rows
+           if t.transactional_id.startswith(f"{name}-shard-")]
+    return sum(d.state.value == "Ongoing" for d in (admin.describe_transactions(ids) if ids else {}).values())
+
+
+def kill_a_worker_mid_transaction(cluster: SparkStandalone, open_txns: Callable[[], int]
+                                  ) -> tuple[int, list[int], list[Task]] | None:
+    """SIGKILLs a warm worker (it finished tasks already) whose executor's task holds an open
+    transaction on the target. Both workers are frozen (SIGSTOP) while their executors' logs and the
+    target are read, so what is seen cannot change before the kill: when every task in flight holds
+    an open transaction, the victim's does. Returns the worker, the PIDs killed and the tasks lost."""
     for n in (0, 1):
-        daemon = cluster.worker(n)
-        if not behind() or sum(t.finished for t in cluster.tasks(n)) < 2:
+        tasks = cluster.tasks(n)
+        if sum(t.finished for t in tasks) < 2 or all(t.finished for t in tasks):
             continue
-        daemon.signal_tree(signal.SIGSTOP)
-        victims = daemon.tree()
-        in_flight = [t for t in cluster.tasks(n) if not t.finished]
-        if in_flight:
-            return n, daemon.kill(victims), in_flight
-        daemon.signal_tree(signal.SIGCONT)
-    return -1, [], []
+        for m in (0, 1):
+            cluster.worker(m).signal_tree(signal.SIGSTOP)
+        try:
+            in_flight = {m: [t for t in cluster.tasks(m) if not t.finished] for m in (0, 1)}
+            if in_flight[n] and open_txns() == len(in_flight[0]) + len(in_flight[1]):
+                return n, cluster.worker(n).kill(), in_flight[n]
+        finally:
+            for m in (0, 1):
+                cluster.worker(m).signal_tree(signal.SIGCONT)
+    return None
 
 
 def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, cluster, unique, tmp_path):
@@ -106,53 +120,50 @@ def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, clus
         "spark.executor.memory": "512m", "spark.executor.cores": "1", "spark.cores.max": "2",
         "spark.task.maxFailures": "4"}}))
     env = {"SPARK_LOCAL_IP": LOOPBACK, "SPARK_HOME": str(SPARK_HOME), "PYSPARK_PYTHON": sys.executable}
-    behind = lambda: not caught_up(src, dst, topic, group)()  # noqa: E731
+    txn_admin = KafkaAdminClient(bootstrap_servers=dst)
 
     stop, fed, feed_errors = threading.Event(), [0], []
     feeder = threading.Thread(target=feed, args=(src, topic, unique, stop, fed, feed_errors))
     feeder.start()
-    job = ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--config", str(config),
-                            "--master", cluster.url, "--shards", "4", "--max-records-per-batch", "20000",
-                            env=env)
-    try:
-        job.start()
-        wait_until(lambda: "progress:" in job.log(), 240, "the job to run", job)
-        # One application, an executor on each worker, and both executors run shard copies.
-        wait_until(lambda: all(cluster.tasks(n) for n in (0, 1)), 240, "tasks on both workers", job)
-        assert [a["name"] for a in cluster.state()["activeapps"]] == [f"replicator-{name}"]
-        assert all(cluster.worker_state(n)["coresused"] == 1 for n in (0, 1)), cluster.state()["workers"]
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--config", str(config), "--master",
+                           cluster.url, "--shards", "4", "--max-records-per-batch", "20000", env=env) as job:
+        try:
+            wait_until(lambda: "progress:" in job.log(), 240, "the job to run", job)
+            # One application, an executor on each worker, and both executors run shard copies.
+            wait_until(lambda: all(cluster.tasks(n) for n in (0, 1)), 240, "tasks on both workers", job)
+            assert [a["name"] for a in cluster.state()["activeapps"]] == [f"replicator-{name}"]
+            assert all(cluster.worker_state(n)["coresused"] == 1 for n in (0, 1)), cluster.state()["workers"]
 
-        outcome: list[tuple[int, list[int], list[Task]]] = []
+            outcome: list[tuple[int, list[int], list[Task]] | None] = [None]
 
-        def killed() -> bool:
-            outcome[:] = [kill_a_worker_mid_task(cluster, behind)]
-            return outcome[0][0] >= 0
-        wait_until(killed, 240, "a warm worker with a task in flight while the target is behind", job,
-                   interval=0.2)
-        victim, pids, lost = outcome[0]
-        survivor = 1 - victim
-        # The worker JVM, its executor JVM and the executor's Python workers: all gone.
-        assert len(pids) >= 3 and not [p for p in pids if running(p)], pids
-        wait_until(lambda: cluster.worker_state(victim)["state"] == "DEAD", 120, "the master to see the loss", job)
-        wait_until(lambda: "Lost executor" in job.log(), 120, "the driver to see the executor lost", job)
-        # Each task lost with the executor is attempted again on the surviving worker.
-        retried = {(t.stage, t.index, t.attempt + 1) for t in lost}
-        wait_until(lambda: retried <= {(t.stage, t.index, t.attempt) for t in cluster.tasks(survivor)}, 240,
-                   f"the lost tasks {lost} to be retried on the surviving worker", job)
-        # Replication carries on there alone, with the feeder still producing.
-        done_before = sum(t.finished for t in cluster.tasks(survivor))
-        wait_until(lambda: sum(t.finished for t in cluster.tasks(survivor)) >= done_before + 8, 240,
-                   "eight more tasks on the surviving worker", job)
-    finally:
-        stop.set()
-        feeder.join()
-    assert not feed_errors, feed_errors
-    try:
+            def killed() -> bool:
+                outcome[0] = kill_a_worker_mid_transaction(cluster, lambda: ongoing_transactions(txn_admin, name))
+                return outcome[0] is not None
+            wait_until(killed, 240, "a warm worker whose task holds an open transaction on the target", job,
+                       interval=0.5)
+            assert outcome[0] is not None
+            victim, pids, lost = outcome[0]
+            survivor = 1 - victim
+            # The worker JVM, its executor JVM and the executor's Python workers: all gone.
+            assert len(pids) >= 3 and not [p for p in pids if running(p)], pids
+            wait_until(lambda: cluster.worker_state(victim)["state"] == "DEAD", 120, "the master to see the loss",
+                       job)
+            wait_until(lambda: "Lost executor" in job.log(), 120, "the driver to see the executor lost", job)
+            # Each task lost with the executor is attempted again on the surviving worker.
+            retried = {(t.stage, t.index, t.attempt + 1) for t in lost}
+            wait_until(lambda: retried <= {(t.stage, t.index, t.attempt) for t in cluster.tasks(survivor)}, 240,
+                       f"the lost tasks {lost} to be retried on the surviving worker", job)
+            # Replication carries on there alone, with the feeder still producing.
+            done_before = sum(t.finished for t in cluster.tasks(survivor))
+            wait_until(lambda: sum(t.finished for t in cluster.tasks(survivor)) >= done_before + 8, 240,
+                       "eight more tasks on the surviving worker", job)
+        finally:
+            stop.set()
+            feeder.join()
+            txn_admin.close()
+        assert not feed_errors, feed_errors
         wait_until(caught_up(src, dst, topic, group), 300, "catch-up after the worker loss", job)
         assert job.sigterm() == 0
-    finally:
-        if job.running():
-            job.sigkill()
     assert "stopped cleanly" in job.log()
 
     verify = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", src, "--target-bootstrap-servers",
@@ -161,6 +172,8 @@ def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, clus
     report = json.loads(verify.stdout)
     assert verify.returncode == 0, (verify.stderr, report["violations"])
     assert report["ok"] is True and report["violations"] == []
+    # The dead executor's open transaction was fenced by its retry: nothing open or hanging is left.
+    assert report["open_transactions"] == [] and report["hanging_transactions"] == []
     assert fed[0] > 0
     assert report["totals"]["source_records"] == preloaded + fed[0]
     assert assert_identical(src, dst, topic, PARTITIONS) == preloaded + fed[0]
