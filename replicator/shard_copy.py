@@ -192,7 +192,9 @@ class ShardCopier:
             while (txn_records < self.cfg.max_records_per_transaction
                    and time.monotonic() - started < self.cfg.max_transaction_seconds
                    and not all(s.done for s in states.values())):
-                msgs = self.consumer.consume(10_000, 0.2)
+                # consume() waits its whole timeout unless 10k records are ready: keep it short, a
+                # small range would otherwise pay it on every call (latency, not throughput).
+                msgs = self.consumer.consume(10_000, 0.02)
                 if msgs:
                     txn_records += self._produce_batch(producer, msgs, states)
                     last_progress = time.monotonic()
