@@ -146,11 +146,19 @@ def run(config_file: str | None, **flags) -> None:
     """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure, 2 invalid configuration.
 
     Every option is also settable in the --config file and as REPLICATOR_<OPTION> (flags win)."""
+    # First thing: a SIGTERM that arrives while Spark is still loading is a clean stop too, not a
+    # kill by the default handler.
+    import signal
+    import threading
+
+    stop = threading.Event()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        signal.signal(sig, lambda *_: stop.set())
     cfg = _load_config(config_file, flags)
     from replicator import job, logs
 
     logs.configure(cfg.log_format, cfg.log_level)
-    sys.exit(job.run(cfg))
+    sys.exit(job.run(cfg, stop=stop))
 
 
 if __name__ == "__main__":

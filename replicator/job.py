@@ -187,6 +187,10 @@ class Replicator:
 
     def run(self) -> None:
         self.mappings = preflight(self.cfg)
+        if self.stop_requested.is_set():  # stopped during start-up: nothing written, nothing to finish
+            self.stats.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            return
         log.info("starting", extra={"job": self.cfg.name, "group": self.cfg.group,
                                     "shards": self.cfg.shard_count, "master": self.cfg.spark_master,
                                     "topics": len(self.mappings)})
@@ -298,7 +302,9 @@ def _root_cause(error) -> str:
     return text.splitlines()[0] if text else repr(error)
 
 
-def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> int:
+def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
+        stop: threading.Event | None = None) -> int:
+    """Runs until SIGTERM/SIGINT (or `stop` is set); returns the process exit code."""
     from replicator.health import HealthServer
     from replicator.metrics import MetricsObserver
 
@@ -312,6 +318,8 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None) -> in
     job = Replicator(cfg, [metrics, *(observers or [])])
     signal.signal(signal.SIGTERM, job.request_stop)
     signal.signal(signal.SIGINT, job.request_stop)
+    if stop is not None and stop.is_set():
+        job.request_stop()
     try:
         job.run()
     except RuntimeFailure as e:

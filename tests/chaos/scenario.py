@@ -88,6 +88,9 @@ class ChaosRun:
             return -1
 
     def _await_progress(self, since: int, proc: ReplicatorProcess, what: str) -> None:
+        # A killed run's last transaction can complete after the kill and move the group by itself:
+        # the new run must also be up before the next fault.
+        self._await_ready(proc)
         wait_until(lambda: self._committed() > since, 300, f"progress after {what}", proc, interval=2.0)
 
     def _await_ready(self, proc: ReplicatorProcess) -> None:
