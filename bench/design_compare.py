@@ -74,6 +74,8 @@ class Run:
     copied: int = -1  # records read back from the target, read_committed
     load_start: float = 0.0  # 1-min load average when the run started / ended
     load_end: float = 0.0
+    at: str = ""  # wall-clock start of the run
+
 
 
 # -- sources ---------------------------------------------------------------------------------------
@@ -152,7 +154,7 @@ def broker_cpu(box: Sandbox) -> float:
 def measure(design: str, box: Sandbox, topic: str, size: int, rnd: int, name: str, ends: dict[int, int],
             logdir: Path, timeout: float) -> Run:
     records = sum(ends.values())
-    run = Run(design, size, rnd, name, records, load_start=os.getloadavg()[0])
+    run = Run(design, size, rnd, name, records, load_start=os.getloadavg()[0], at=time.strftime("%H:%M:%S"))
     target_topic = f"{name}.{topic}"
     offsets = CommittedEnds(box.target.bootstrap, target_topic, PARTITIONS)
     group = GroupWatch(box.target.bootstrap, f"__replicator.{name}", target_topic)
@@ -357,12 +359,14 @@ def report(runs: list[Run], sizes: list[tuple[int, int]], cmdline: str, load_wai
         lines.append(f"| {size} B | {a_med:,.0f} | {b_med:,.0f} | **{r_med:.2f}** "
                      f"({', '.join(f'{x:.2f}' for x in ratios)}) | {c_med:.2f} |")
     loads = [r.load_start for r in runs] + [r.load_end for r in runs] or [float("nan")]
+    stamps = [r.at for r in runs if r.at]
+    lines += ["", "## Reading", "", *reading(runs, sizes)]
     lines += [
         "",
         "## Conditions",
         "",
         f"* Command: `{cmdline}`",
-        f"* Started {started}; machine: {machine()}.",
+        f"* Invoked {started}{f'; runs from {stamps[0]} to {stamps[-1]}' if stamps else ''}; machine: {machine()}.",
         f"* Preload: {', '.join(f'{k} in {v:.1f} s' for k, v in preload_s.items())}.",
         f"* 1-min load average while waiting to start: "
         f"{', '.join(f'{t} {v:.2f}' for t, v in load_wait) or 'not waited'}; during the runs: "
@@ -382,8 +386,38 @@ def report(runs: list[Run], sizes: list[tuple[int, int]], cmdline: str, load_wai
         "* Records have keys and no headers; a header-heavy workload adds Arrow list<struct> conversion "
         "to B only.",
         "* Catch-up of a preloaded backlog only: it measures throughput, not end-to-end latency at low rates.",
+        f"* Short windows: the shortest here is {min((r.window_s for r in runs if r.ok), default=0):.2f} s, "
+        f"so the {POLL_S * 1000:.0f} ms poll alone is worth a few per cent, and a load spike inside one "
+        "window swings that run's rate: read the per-round ratios and CPU per record together, not one run.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def reading(runs: list[Run], sizes: list[tuple[int, int]]) -> list[str]:
+    """What the numbers say, computed from them (so a re-run cannot leave a stale conclusion)."""
+    out = []
+    for _, size in sizes:
+        done = [(a, b) for a, b in pairs(runs, size) if a.ok and b.ok]
+        if not done:
+            out.append(f"* {size} B: no complete A/B pair.")
+            continue
+        ratios = [b.records_per_s / a.records_per_s for a, b in done]
+        slower = sum(x < 1 for x in ratios)
+        a_us = [1e6 * a.cpu_window_s / a.records for a, _ in done]
+        b_us = [1e6 * b.cpu_window_s / b.records for _, b in done]
+        out.append(
+            f"* {size} B: B was {'slower' if slower == len(done) else 'faster' if slower == 0 else 'mixed'} "
+            f"in {max(slower, len(done) - slower)} of {len(done)} rounds; throughput ratio B/A "
+            f"{min(ratios):.2f}–{max(ratios):.2f} (median {_median(ratios):.2f}, i.e. the engine moved "
+            f"{1 / _median(ratios):.1f}× as many records per second). CPU per copied record (whole process "
+            f"tree): A {min(a_us):.1f}–{max(a_us):.1f} µs, B {min(b_us):.1f}–{max(b_us):.1f} µs "
+            f"(ratio of the medians {_median(b_us) / _median(a_us):.1f}×). CPU per record depends far less on "
+            "the other engineers' load than the wall-clock rate does, so it is the steadier of the two figures.")
+    failed = [r.name for r in runs if not r.ok]
+    out.append(f"* Runs that did not copy exactly the source's records: {', '.join(failed)}." if failed else
+               "* Every run of both designs copied exactly the source's records (read back read_committed, "
+               "per partition).")
+    return out
 
 
 # -- main ----------------------------------------------------------------------------------------------
