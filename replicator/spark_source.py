@@ -7,7 +7,7 @@ by admission control. `partitions()` turns a batch into one input partition per 
 Copying (executors): the reader emits one row per shard describing its ranges; the writer's task
 runs that shard's exactly-once copy (`shard_copy`) in the same Python worker that produces. Records
 therefore cross from the source consumer to the target producer without a round trip through the
-JVM; see the engine notes in README for the measurement behind that choice.
+JVM; bench/DESIGN.md has the measurement behind that choice.
 
 The Spark checkpoint of a query only stores these plans; a run always uses a fresh one, because the
 writer resumes from the target's fake group whatever the plan says.
