@@ -21,6 +21,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 
 from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets, produce_transactional
@@ -29,7 +30,8 @@ from tests.spark_standalone import LOOPBACK, SPARK_HOME, SparkStandalone, Task
 
 BIN = Path(sys.executable).with_name("replicator")
 PARTITIONS = 8
-PRELOAD = 200_000
+WARMUP = 24_000  # copied while the executors start; one transaction in six aborted
+BURST = 200_000  # preloaded in one held transaction, made visible at once when the executors are warm
 
 
 def records(n: int, start: int) -> list[tuple]:
@@ -51,6 +53,24 @@ def feed(bootstrap: str, topic: str, unique: str, stop: threading.Event, committ
             time.sleep(0.5)
     except BaseException as e:  # noqa: BLE001 - handed to the test, which fails on it
         errors.append(e)
+
+
+def held_transaction(bootstrap: str, topic: str, recs: list[tuple], txn_id: str) -> Producer:
+    """Writes `recs` in one transaction left open: read_committed readers (the job) see nothing from
+    its first offset on until it is committed."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 10,
+                         "transaction.timeout.ms": 600_000})
+    producer.init_transactions(60)
+    producer.begin_transaction()
+    for partition, key, value, headers, ts in recs:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=partition, headers=headers, timestamp=ts)
+                break
+            except BufferError:
+                producer.poll(0.1)
+    producer.flush(60)  # before the commit: see the INVALID_TXN_STATE quirk in kafka_helpers
+    return producer
 
 
 @pytest.fixture
@@ -77,32 +97,32 @@ def running(pid: int) -> bool:
         return False
 
 
-def ongoing_transactions(admin: KafkaAdminClient, name: str) -> int:
-    """The job's transactions the target's coordinators hold open (records written, no marker yet)."""
+def open_shards(admin: KafkaAdminClient, name: str) -> set[int]:
+    """Shards whose transaction the target's coordinator holds open (records written, no marker yet)."""
+    prefix = f"{name}-shard-"
     ids = [t.transactional_id for rows in admin.list_transactions().values() for t in rows
-           if t.transactional_id.startswith(f"{name}-shard-")]
-    return sum(d.state.value == "Ongoing" for d in (admin.describe_transactions(ids) if ids else {}).values())
+           if t.transactional_id.startswith(prefix)]
+    described = admin.describe_transactions(ids) if ids else {}
+    return {int(txn_id[len(prefix):]) for txn_id, d in described.items() if d.state.value == "Ongoing"}
 
 
-def kill_a_worker_mid_transaction(cluster: SparkStandalone, open_txns: Callable[[], int]
+def kill_a_worker_mid_transaction(cluster: SparkStandalone, shards_open: Callable[[], set[int]]
                                   ) -> tuple[int, list[int], list[Task]] | None:
-    """SIGKILLs a warm worker (it finished tasks already) whose executor's task holds an open
-    transaction on the target. Both workers are frozen (SIGSTOP) while their executors' logs and the
-    target are read, so what is seen cannot change before the kill: when every task in flight holds
-    an open transaction, the victim's does. Returns the worker, the PIDs killed and the tasks lost."""
+    """SIGKILLs a worker whose executor's task holds an open transaction on the target, or returns
+    None. The worker is frozen (SIGSTOP) while its executor's log and the target are read, so its task
+    cannot finish before the kill. The planner sends one task per shard in shard order, so in a
+    micro-batch of every shard (checked by the test afterwards) task index i copies shard i."""
     for n in (0, 1):
-        tasks = cluster.tasks(n)
-        if sum(t.finished for t in tasks) < 2 or all(t.finished for t in tasks):
+        if all(t.finished for t in cluster.tasks(n)):
             continue
-        for m in (0, 1):
-            cluster.worker(m).signal_tree(signal.SIGSTOP)
+        daemon = cluster.worker(n)
+        daemon.signal_tree(signal.SIGSTOP)
         try:
-            in_flight = {m: [t for t in cluster.tasks(m) if not t.finished] for m in (0, 1)}
-            if in_flight[n] and open_txns() == len(in_flight[0]) + len(in_flight[1]):
-                return n, cluster.worker(n).kill(), in_flight[n]
+            in_flight = [t for t in cluster.tasks(n) if not t.finished]
+            if {t.index for t in in_flight} & shards_open():
+                return n, daemon.kill(), in_flight
         finally:
-            for m in (0, 1):
-                cluster.worker(m).signal_tree(signal.SIGCONT)
+            daemon.signal_tree(signal.SIGCONT)
     return None
 
 
@@ -111,8 +131,9 @@ def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, clus
     topic, name = f"scale-{unique}", f"scale-{unique}"
     group = f"__replicator.{name}"
     create_topic(src, topic, PARTITIONS)
-    preloaded = produce_transactional(src, topic, records(PRELOAD, 0), f"pre-{unique}", per_txn=2_000,
+    preloaded = produce_transactional(src, topic, records(WARMUP, 0), f"pre-{unique}", per_txn=2_000,
                                       abort_every=6)
+    burst = held_transaction(src, topic, records(BURST, WARMUP), f"burst-{unique}")
     config = tmp_path / "replicator.yaml"
     # Everything on loopback; one 1-core executor per worker; Spark retries a task lost with its executor.
     config.write_text(yaml.safe_dump({"spark": {
@@ -126,21 +147,28 @@ def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, clus
     feeder = threading.Thread(target=feed, args=(src, topic, unique, stop, fed, feed_errors))
     feeder.start()
     with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--config", str(config), "--master",
-                           cluster.url, "--shards", "4", "--max-records-per-batch", "20000", env=env) as job:
+                           cluster.url, "--shards", "4", "--max-records-per-batch", "50000", env=env) as job:
         try:
             wait_until(lambda: "progress:" in job.log(), 240, "the job to run", job)
-            # One application, an executor on each worker, and both executors run shard copies.
-            wait_until(lambda: all(cluster.tasks(n) for n in (0, 1)), 240, "tasks on both workers", job)
+            # One application holding an executor on each worker; the warm-up records are copied.
+            wait_until(lambda: all(cluster.worker_state(n)["coresused"] == 1 for n in (0, 1)), 240,
+                       "an executor on each worker", job)
             assert [a["name"] for a in cluster.state()["activeapps"]] == [f"replicator-{name}"]
-            assert all(cluster.worker_state(n)["coresused"] == 1 for n in (0, 1)), cluster.state()["workers"]
+            wait_until(lambda: fake_group_offsets(dst, group), 240, "the warm-up records to be copied", job)
+            # The burst becomes visible at once: full micro-batches (12.5k records a shard), so the
+            # shards' transactions stay open long enough to be caught by the kill below.
+            burst.commit_transaction(60)
+            preloaded += BURST
+            # Both executors run shard copies.
+            wait_until(lambda: all(cluster.tasks(n) for n in (0, 1)), 240, "tasks on both workers", job)
 
             outcome: list[tuple[int, list[int], list[Task]] | None] = [None]
 
             def killed() -> bool:
-                outcome[0] = kill_a_worker_mid_transaction(cluster, lambda: ongoing_transactions(txn_admin, name))
+                outcome[0] = kill_a_worker_mid_transaction(cluster, lambda: open_shards(txn_admin, name))
                 return outcome[0] is not None
-            wait_until(killed, 240, "a warm worker whose task holds an open transaction on the target", job,
-                       interval=0.5)
+            wait_until(killed, 240, "a worker whose task holds an open transaction on the target", job,
+                       interval=0.2)
             assert outcome[0] is not None
             victim, pids, lost = outcome[0]
             survivor = 1 - victim
@@ -165,6 +193,9 @@ def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, clus
         wait_until(caught_up(src, dst, topic, group), 300, "catch-up after the worker loss", job)
         assert job.sigterm() == 0
     assert "stopped cleanly" in job.log()
+    # The micro-batch the kill hit had a task for every shard: the lost task was the open transaction's.
+    stage = lost[0].stage
+    assert {t.index for n in (0, 1) for t in cluster.tasks(n) if t.stage == stage} == {0, 1, 2, 3}
 
     verify = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", src, "--target-bootstrap-servers",
                              dst, "--topics", topic, "--name", name, "--format", "json"],
