@@ -2,9 +2,10 @@
 loses a worker, with its executor and Python workers, in the middle of replication and stays exact.
 
 The driver runs here in client mode (`--master spark://...`); shard copies run on executors the
-workers spawned. A SIGKILLed executor leaves its shard's transaction open on the target; the retry
-on the surviving executor fences it with the same transactional id, so `replicator verify` must find
-no duplicate, loss or reordering.
+workers spawned. The worker is killed while its executor's task holds its shard's transaction open
+on the target (seen on the target's coordinator, the worker frozen meanwhile); Spark retries the task
+on the surviving executor, whose producer takes the same transactional id and aborts the dead one's
+transaction, so `replicator verify` must find no duplicate, loss, reordering or open transaction.
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from tests.spark_standalone import LOOPBACK, SPARK_HOME, SparkStandalone, Task
 BIN = Path(sys.executable).with_name("replicator")
 PARTITIONS = 8
 WARMUP = 24_000  # copied while the executors start; one transaction in six aborted
-BURST = 200_000  # preloaded in one held transaction, made visible at once when the executors are warm
+BURST = 200_000  # preloaded in one held transaction, made visible at once when both executors are up
 
 
 def records(n: int, start: int) -> list[tuple]:
