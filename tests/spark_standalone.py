@@ -1,7 +1,8 @@
 """A local Spark standalone cluster (one master, N workers) on loopback, from the pyspark installation.
 
-Every daemon is started by PID in its own session and stopped by PID, with the executors (and their
-Python workers) it spawned: nothing is left running whatever the test did.
+Every daemon runs in its own session, is stopped by its PID with the executors (and their Python
+workers) it spawned, and gets SIGTERM if the test process dies: nothing is left running whatever the
+test did.
 """
 
 from __future__ import annotations
@@ -16,11 +17,14 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import psutil
 import pyspark
+
+from tests.replicator_process import _stop_with_parent
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -106,7 +110,8 @@ class SparkStandalone:
         with open(log, "ab") as out:
             # Own session: a signal meant for the test never reaches the cluster, and vice versa.
             proc = subprocess.Popen([str(SPARK_CLASS), *args], stdout=out, stderr=subprocess.STDOUT,
-                                    env=self.env(), start_new_session=True, cwd=self.root)
+                                    env=self.env(), start_new_session=True, cwd=self.root,
+                                    preexec_fn=_stop_with_parent)
         daemon = Daemon(name, proc, log, port, work_dir)
         self.daemons.append(daemon)
         return daemon
@@ -139,7 +144,7 @@ class SparkStandalone:
         except OSError:
             return []
 
-    def wait_for(self, predicate, timeout: float, what: str) -> None:
+    def wait_for(self, predicate: Callable[[], bool], timeout: float, what: str) -> None:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             dead = [d.name for d in self.daemons if d.proc.poll() is not None]
