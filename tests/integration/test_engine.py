@@ -111,6 +111,16 @@ def _leftover_scratch(name: str) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
+def _run_then_crash(sandbox, topic: str, name: str, log: Path, seconds: float, *args: str) -> None:
+    """Runs the job until it replicates, lets it work `seconds` more, then SIGKILLs it and deletes
+    what it left behind (its Spark checkpoint)."""
+    job = ReplicatorProcess(sandbox, topic, name, log, *args).start()
+    wait_until(lambda: "progress:" in job.log(), 180, "the job to run", job)
+    time.sleep(seconds)
+    job.sigkill()
+    _leftover_scratch(name)
+
+
 def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
     topic, name = f"restart-{unique}", f"rst-{unique}"
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
@@ -123,12 +133,8 @@ def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
     try:
         # Three crashes at random points, each restart with a different shard layout.
         for round_no, shards in enumerate(("2", "3", "1")):
-            job = ReplicatorProcess(sandbox, topic, name, logs / f"job{round_no}.log", "--shards", shards,
-                                    "--max-records-per-batch", "20000").start()
-            wait_until(lambda j=job: "progress:" in j.log(), 180, "the job to run", job)
-            time.sleep(rng.uniform(1, 8))
-            job.sigkill()
-            _leftover_scratch(name)
+            _run_then_crash(sandbox, topic, name, logs / f"job{round_no}.log", rng.uniform(1, 8),
+                            "--shards", shards, "--max-records-per-batch", "20000")
     finally:
         stop.set()
         feeder.join()
@@ -211,12 +217,8 @@ def test_transaction_version_0_target_survives_sigkill_restarts(sandbox_tv0, uni
     feeder.start()
     try:
         for round_no in range(2):
-            job = ReplicatorProcess(sandbox, topic, name, logs / f"job{round_no}.log", "--shards", "2",
-                                    "--max-records-per-batch", "10000").start()
-            wait_until(lambda j=job: "progress:" in j.log(), 180, "the job to run", job)
-            time.sleep(3 + 2 * round_no)
-            job.sigkill()
-            _leftover_scratch(name)
+            _run_then_crash(sandbox, topic, name, logs / f"job{round_no}.log", 3 + 2 * round_no,
+                            "--shards", "2", "--max-records-per-batch", "10000")
     finally:
         stop.set()
         feeder.join()
