@@ -162,7 +162,7 @@ def write(doc: dict, md: Path, png: Path) -> None:
         + (" (--quick smoke run)" if doc["quick"] else ""),
         f"- 1-minute load average at the start of each measurement: min {min(loads, default=0):.2f}, "
         f"median {statistics.median(loads) if loads else 0:.2f}, max {max(loads, default=0):.2f} "
-        f"(2 cores; other engineers' Spark tests shared the machine)",
+        "(2 cores)",
         "", "![throughput by contender and record size](bench/throughput.png)", "",
     ]
     marker = "<!-- analysis -->"
