@@ -41,6 +41,10 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         "queued.max.messages.kbytes": 256 * 1024,
+        # librdkafka postpones fetching a partition whose local queue is over its threshold by this
+        # much (default 1 s); the copy loop drains a full queue in a few ms and then sat idle, which
+        # cost 20 % of catch-up throughput and made exactly-once look 10 % slower (it pauses to commit).
+        "fetch.queue.backoff.ms": 20,
         **cfg.source,
         "bootstrap.servers": cfg.source_bootstrap_servers,
         "group.id": f"{cfg.name}.source-reader",
