@@ -36,6 +36,7 @@ MAX_ATTEMPTS = 6
 STALL_TIMEOUT_S = 120.0
 _OFFSET_BEGINNING = -2
 _LATENCY_SAMPLES_PER_TXN = 8
+_CONSUME_BATCH = 10_000
 
 
 class DataLossError(RuntimeError):
@@ -193,9 +194,9 @@ class ShardCopier:
             while (txn_records < self.cfg.max_records_per_transaction
                    and time.monotonic() - started < self.cfg.max_transaction_seconds
                    and not all(s.done for s in states.values())):
-                # consume() waits its whole timeout unless 10k records are ready: keep it short, a
-                # small range would otherwise pay it on every call (latency, not throughput).
-                msgs = self.consumer.consume(10_000, 0.02)
+                # consume() returns early only once it has as many records as asked for: asking for
+                # no more than the ranges still hold spares a small batch the whole timeout.
+                msgs = self.consumer.consume(_wanted(states), 0.02)
                 if msgs:
                     txn_records += self._produce_batch(producer, msgs, states)
                     last_progress = time.monotonic()
@@ -360,6 +361,16 @@ class _PairReport:
     def __call__(self, err, msg) -> None:
         if err is None and (self.st.pair is None or self.source_offset > self.st.pair[0]):
             self.st.pair = (self.source_offset, msg.offset())
+
+
+def _wanted(states: dict) -> int:
+    left = 0
+    for s in states.values():
+        if not s.done:
+            if s.next < 0:  # start unknown until the first record
+                return _CONSUME_BATCH
+            left += s.r.end - s.next
+    return max(1, min(left, _CONSUME_BATCH))
 
 
 def _last_index_per_partition(msgs: list, partitions: int) -> set[int]:
