@@ -119,6 +119,19 @@ def tables(doc: dict) -> list[str]:
     return out
 
 
+def half_max_steps(doc: dict, key: str) -> list[tuple[int, dict | None, dict]]:
+    """(run, step at half the highest bounded rate or None, highest bounded step) per run."""
+    out = []
+    for run in sorted({s["run"] for s in doc["steady"] if s["contender"] == key}):
+        bounded = sorted((s for s in doc["steady"] if s["contender"] == key and s["run"] == run and s["bounded"]),
+                         key=lambda s: s["rate"])
+        if bounded:
+            top = bounded[-1]
+            half = next((s for s in bounded if abs(s["fraction"] * 2 - top["fraction"]) < 1e-9), None)
+            out.append((run, half, top))
+    return out
+
+
 def steady_tables(doc: dict) -> list[str]:
     if not doc["steady"] and not doc["restart"]:
         return []
@@ -134,6 +147,13 @@ def steady_tables(doc: dict) -> list[str]:
             p99 = statistics.median(s["p99_s"] for s in xs)
             out.append(f"| {LABELS[k]} | {rate:,} | {p50:.3f} | {p99:.3f} | "
                        f"{sum(s['bounded'] for s in xs)}/{len(xs)} |")
+    out += ["", "Per run: the highest rate whose lag stayed bounded, and the latency one step (half the rate) "
+            "below it:", "", "| contender | run | highest bounded rate rec/s | half of it rec/s | p50 s | p99 s |",
+            "|---|---:|---:|---:|---:|---:|"]
+    for k in keys:
+        for run, half, top in half_max_steps(doc, k):
+            out.append(f"| {LABELS[k]} | {run} | {top['rate']:,} | {half['rate']:,} | {half['p50_s']:.3f} | "
+                       f"{half['p99_s']:.3f} |" if half else f"| {LABELS[k]} | {run} | {top['rate']:,} | - | - | - |")
     out += ["", "### Restart (SIGKILL of the whole process tree under load -> first new committed record "
             "on the target)", "", "| contender | restart s (median) | runs | peak RSS MiB (steady + restart) |",
             "|---|---:|---|---:|"]

@@ -16,7 +16,8 @@ from bench.contenders import Contender, Job
 from bench.proctree import Tree
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
-FRACTIONS = (0.25, 0.5, 1.0)
+# Doubling steps: the step below the highest bounded one is "half the maximum rate" of the goal.
+FRACTIONS = (0.125, 0.25, 0.5, 1.0)
 BOUNDED_LAG_S = 2.0  # lag at the end of a step within this many seconds of input counts as bounded
 READY_TIMEOUT_S = 240.0
 DRAIN_S = 20.0
