@@ -78,6 +78,17 @@ def assert_identical(source_bs: str, target_bs: str, topic: str, partitions: int
     return sum(len(v) for v in src.values())
 
 
+def produce_records(producer: Producer, topic: str, records: list[tuple]) -> None:
+    """Produces (partition, key, value, headers, timestamp) tuples, waiting when the queue is full."""
+    for partition, key, value, headers, ts in records:
+        while True:
+            try:
+                producer.produce(topic, value=value, key=key, partition=partition, headers=headers, timestamp=ts)
+                break
+            except BufferError:
+                producer.poll(0.1)
+
+
 def produce_transactional(bootstrap: str, topic: str, records: list[tuple], txn_id: str,
                           per_txn: int = 1000, abort_every: int = 0) -> int:
     """Produces (partition, key, value, headers, timestamp) tuples in transactions; every
@@ -88,14 +99,7 @@ def produce_transactional(bootstrap: str, topic: str, records: list[tuple], txn_
     for n, i in enumerate(range(0, len(records), per_txn), start=1):
         chunk = records[i:i + per_txn]
         producer.begin_transaction()
-        for partition, key, value, headers, ts in chunk:
-            while True:
-                try:
-                    producer.produce(topic, value=value, key=key, partition=partition, headers=headers,
-                                     timestamp=ts)
-                    break
-                except BufferError:
-                    producer.poll(0.1)
+        produce_records(producer, topic, chunk)
         # Kafka 4.1 (transaction.version 2) + librdkafka 2.16: ending a transaction with records
         # still in flight fails with INVALID_TXN_STATE; flushing first avoids it.
         producer.flush(60)

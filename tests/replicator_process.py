@@ -14,7 +14,7 @@ from pathlib import Path
 BIN = Path(sys.executable).with_name("replicator")
 
 
-def _stop_with_parent() -> None:
+def stop_with_parent() -> None:
     """If the test process dies (crash, CI timeout), the job gets SIGTERM instead of running on."""
     import ctypes
 
@@ -38,7 +38,7 @@ class ReplicatorProcess:
         log = open(self.log_path, "ab")  # noqa: SIM115 - handed to the child
         # A new session, so signals reach only what the test means to hit (the driver or its group).
         self.proc = subprocess.Popen(self.args, stdout=log, stderr=subprocess.STDOUT, env=self.env,
-                                     start_new_session=True, preexec_fn=_stop_with_parent)
+                                     start_new_session=True, preexec_fn=stop_with_parent)
         return self
 
     @property

@@ -24,7 +24,7 @@ from pathlib import Path
 import psutil
 import pyspark
 
-from tests.replicator_process import _stop_with_parent
+from tests.replicator_process import stop_with_parent
 
 SPARK_HOME = Path(pyspark.__file__).parent
 SPARK_CLASS = SPARK_HOME / "bin" / "spark-class"
@@ -111,7 +111,7 @@ class SparkStandalone:
             # Own session: a signal meant for the test never reaches the cluster, and vice versa.
             proc = subprocess.Popen([str(SPARK_CLASS), *args], stdout=out, stderr=subprocess.STDOUT,
                                     env=self.env(), start_new_session=True, cwd=self.root,
-                                    preexec_fn=_stop_with_parent)
+                                    preexec_fn=stop_with_parent)
         daemon = Daemon(name, proc, log, port, work_dir)
         self.daemons.append(daemon)
         return daemon

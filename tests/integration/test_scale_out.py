@@ -25,7 +25,14 @@ import yaml
 from confluent_kafka import Producer
 from kafka import KafkaAdminClient
 
-from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets, produce_transactional
+from tests.kafka_helpers import (
+    assert_identical,
+    create_topic,
+    end_offsets,
+    fake_group_offsets,
+    produce_records,
+    produce_transactional,
+)
 from tests.replicator_process import ReplicatorProcess, wait_until
 from tests.spark_standalone import LOOPBACK, SPARK_HOME, SparkStandalone, Task
 
@@ -63,13 +70,7 @@ def held_transaction(bootstrap: str, topic: str, recs: list[tuple], txn_id: str)
                          "transaction.timeout.ms": 600_000})
     producer.init_transactions(60)
     producer.begin_transaction()
-    for partition, key, value, headers, ts in recs:
-        while True:
-            try:
-                producer.produce(topic, value=value, key=key, partition=partition, headers=headers, timestamp=ts)
-                break
-            except BufferError:
-                producer.poll(0.1)
+    produce_records(producer, topic, recs)
     producer.flush(60)  # before the commit: see the INVALID_TXN_STATE quirk in kafka_helpers
     return producer
 
