@@ -147,7 +147,7 @@ class KafkaCluster:
         return ["java", "-cp", classpath(self.version), main, *args]
 
     def _format(self) -> None:
-        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        cluster_id = _cluster_id()
         cmd = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
                          "-c", str(self.dir / "server.properties"), "-g")
         if self.transaction_version is not None:
@@ -251,6 +251,16 @@ class KafkaCluster:
     def _reap(pid: int) -> None:
         with contextlib.suppress(ChildProcessError):
             os.waitpid(pid, os.WNOHANG)
+
+
+def _cluster_id() -> str:
+    """A random Kafka cluster id. One in 64 base64url ids starts with '-', which the storage tool's
+    argument parser reads as an option (a clean-clone CI run failed on it); Kafka's own
+    Uuid.randomUuid() redraws those too."""
+    while True:
+        cluster_id = base64.urlsafe_b64encode(uuid.uuid4().bytes).decode().rstrip("=")
+        if not cluster_id.startswith("-"):
+            return cluster_id
 
 
 class Sandbox:
