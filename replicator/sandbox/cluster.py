@@ -279,8 +279,12 @@ class Sandbox:
         return self.source, self.target
 
     def up(self, fresh: bool = False) -> None:
-        for cluster in self.clusters:
-            cluster.start(fresh=fresh)
+        try:
+            for cluster in self.clusters:
+                cluster.start(fresh=fresh)
+        except BaseException:
+            self.down()  # a half-started sandbox would hold its ports against the next attempt
+            raise
 
     def down(self) -> None:
         for cluster in self.clusters:
