@@ -65,10 +65,13 @@ def sandbox_fetch(kafka_version: str) -> None:
 @click.option("--transaction-version-0", "tv0", type=click.Choice(["source", "target"]),
               help="Format this cluster with transaction.version=0 (pre-KIP-890 protocol). Implies a "
                    "fresh data dir for it.")
-def sandbox_up(kafka_version: str, fresh: bool, tv0: str | None) -> None:
+@click.option("--secure", type=click.Choice(["scram", "mtls"]), is_flag=False, flag_value="scram",
+              help="TLS listeners, an authorizer that denies what no ACL allows, and SCRAM-SHA-512 users "
+                   "(scram, the default) or client certificates (mtls). Plaintext without it.")
+def sandbox_up(kafka_version: str, fresh: bool, tv0: str | None, secure: str | None) -> None:
     """Start both clusters (idempotent); returns when both brokers serve requests."""
     box = Sandbox(version=kafka_version, source_tv=0 if tv0 == "source" else None,
-                  target_tv=0 if tv0 == "target" else None)
+                  target_tv=0 if tv0 == "target" else None, secure=secure or "plaintext")
     try:
         if tv0 and not fresh:
             getattr(box, tv0).stop()
@@ -79,26 +82,36 @@ def sandbox_up(kafka_version: str, fresh: bool, tv0: str | None) -> None:
         sys.exit(1)
     click.echo(f"source bootstrap: {box.source.bootstrap}")
     click.echo(f"target bootstrap: {box.target.bootstrap}")
+    if box.secure:
+        click.echo("client properties: `replicator sandbox status`")
 
 
 @sandbox.command("down")
 def sandbox_down() -> None:
     """Stop the broker JVMs this sandbox started (by PID)."""
-    Sandbox().down()
+    Sandbox(secure="remembered").down()
     click.echo("sandbox stopped")
 
 
 @sandbox.command("status")
 @click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table")
 def sandbox_status(fmt: str) -> None:
-    """Which sandbox brokers run, their PIDs and bootstrap addresses."""
-    status = Sandbox().status()
+    """Which sandbox brokers run, their PIDs, bootstrap addresses and, when secure, the client
+    properties of the admin principal (passwords as `${file:...}` references, never values)."""
+    status = Sandbox(secure="remembered").status()
     if fmt == "json":
         click.echo(json.dumps(status, indent=2))
         return
     for name, s in status.items():
         state = "up" if s["pid"] and s["serving"] else ("starting" if s["pid"] else "down")
-        click.echo(f"{name:7} {state:8} {s['bootstrap']:16} pid={s['pid'] or '-'}  {s['data_dir']}")
+        click.echo(f"{name:7} {state:8} {s['bootstrap']:16} pid={s['pid'] or '-'}  {s['security']:9} "
+                   f"{s['data_dir']}")
+    for name, s in status.items():
+        if s["client_properties"]:
+            click.echo(f"\n{name}: (YAML for a replicator --config file; other principals: reader, writer, other)")
+            click.echo(f"{name}_bootstrap_servers: {s['bootstrap']}\n{name}:")
+            for key, value in s["client_properties"].items():
+                click.echo(f"  {key}: {value!r}" if "$" in value else f"  {key}: {value}")
 
 
 def _load_config(config_file: str | None, flags: dict):

@@ -18,6 +18,8 @@ from typing import Any
 
 import yaml
 
+from replicator import secret_refs
+
 ENV_PREFIX = "REPLICATOR_"
 _SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
@@ -122,11 +124,18 @@ class ReplicatorConfig:
         return cls(**raw)
 
     def redacted(self) -> dict[str, Any]:
-        """A loggable view: secret client properties replaced by '***'."""
+        """A loggable view: secret client properties replaced by '***' (references are kept: they
+        say where the secret comes from, not what it is)."""
         out = dataclasses.asdict(self)
         for section in ("source", "target"):
-            out[section] = {k: ("***" if is_secret(k) else v) for k, v in out[section].items()}
+            out[section] = {k: (v if secret_refs.reference(v) else "***") if is_secret(k) else v
+                            for k, v in out[section].items()}
         return out
+
+    def client_properties(self, section: str) -> dict[str, str]:
+        """The `source:` or `target:` map with `${file:...}`/`${env:...}` references resolved, for a
+        Kafka client about to be built. Never log or store the result."""
+        return secret_refs.resolve(getattr(self, section), section)
 
 
 def _positive_int(key: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
@@ -272,6 +281,10 @@ def _client_props(section: str) -> Callable[[str, Any], dict[str, str]]:
             allowed = _CLIENT_CHOICES.get(k)
             if allowed and out[k].upper() not in allowed:
                 raise ConfigError(f"{key}.{k}", f"expected one of {', '.join(allowed)}; got {out[k]!r}")
+            try:
+                secret_refs.resolve_value(f"{key}.{k}", out[k])  # fail now, not at the first connection
+            except secret_refs.SecretReferenceError as e:
+                raise ConfigError(f"{key}.{k}", str(e).split(": ", 1)[1]) from None
         return out
     return check
 

@@ -146,6 +146,8 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path):
                .config("spark.python.worker.reuse", "true")
                .config("spark.task.maxFailures", "4")
                .config("spark.speculation", "false")
+               # The job config travels as this data source option; plans and progress dumps show "***".
+               .config("spark.sql.redaction.options.regex", "(?i)url|^config$")
                .config("spark.driver.memory", "1g")
                .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
                .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}"))

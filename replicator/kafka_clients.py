@@ -18,11 +18,11 @@ _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def source_admin(cfg: ReplicatorConfig, errors: list[str] | None = None) -> AdminClient:
-    return AdminClient(_admin_props(cfg.source, cfg.source_bootstrap_servers, errors))
+    return AdminClient(_admin_props(cfg.client_properties("source"), cfg.source_bootstrap_servers, errors))
 
 
 def target_admin(cfg: ReplicatorConfig, errors: list[str] | None = None) -> AdminClient:
-    return AdminClient(_admin_props(cfg.target, cfg.target_bootstrap_servers, errors))
+    return AdminClient(_admin_props(cfg.client_properties("target"), cfg.target_bootstrap_servers, errors))
 
 
 def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
@@ -45,7 +45,7 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         # much (default 1 s); the copy loop drains a full queue in a few ms and then sat idle, which
         # cost 20 % of catch-up throughput and made exactly-once look 10 % slower (it pauses to commit).
         "fetch.queue.backoff.ms": 20,
-        **cfg.source,
+        **cfg.client_properties("source"),
         "bootstrap.servers": cfg.source_bootstrap_servers,
         "group.id": f"{cfg.name}.source-reader",
         "enable.auto.commit": False,
@@ -69,7 +69,7 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
         # this (default 100 ms), which was most of init_transactions()' 55 ms. Retries still back
         # off exponentially up to reconnect.backoff.max.ms.
         "reconnect.backoff.ms": 10,
-        **cfg.target,
+        **cfg.client_properties("target"),
         "bootstrap.servers": cfg.target_bootstrap_servers,
         "enable.idempotence": True,
         "acks": "all",
@@ -89,7 +89,7 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
 def group_reader(cfg: ReplicatorConfig) -> Consumer:
     """A member-less handle on the fake group: reads its committed offsets, supplies its metadata."""
     return Consumer({
-        **cfg.target,
+        **cfg.client_properties("target"),
         "bootstrap.servers": cfg.target_bootstrap_servers,
         "group.id": cfg.group,
         "enable.auto.commit": False,

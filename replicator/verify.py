@@ -186,7 +186,7 @@ class _Side:
 
         self.role = role
         bootstrap = getattr(cfg, f"{role}_bootstrap_servers")
-        settings = client_settings(getattr(cfg, role), bootstrap)
+        settings = client_settings(cfg.client_properties(role), bootstrap)
         try:
             self.admin = KafkaAdminClient(**settings)
             self.consumer = KafkaConsumer(**settings, group_id=None, enable_auto_commit=False,

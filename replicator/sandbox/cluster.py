@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import base64
 import contextlib
+import json
 import os
 import signal
 import socket
@@ -18,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from replicator.sandbox.jars import DEFAULT_KAFKA_VERSION, cache_root, classpath
+from replicator.sandbox.security import SecurityMaterial
 
 SOURCE_PORT = 19092
 TARGET_PORT = 29092
@@ -81,6 +83,7 @@ class KafkaCluster:
     version: str = DEFAULT_KAFKA_VERSION
     transaction_version: int | None = None  # None: the release default (2 on fresh 4.x)
     heap: str = "-Xms384m -Xmx512m"
+    security: SecurityMaterial | None = None  # None: PLAINTEXT, no authorizer (the demo default)
 
     @property
     def controller_port(self) -> int:
@@ -114,15 +117,18 @@ class KafkaCluster:
 
     def _properties(self) -> str:
         p, c = self.port, self.controller_port
+        listeners = self.security.listener_properties(p, c) if self.security else [
+            f"listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
+            f"advertised.listeners=PLAINTEXT://127.0.0.1:{p}",
+            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+            "inter.broker.listener.name=PLAINTEXT",
+        ]
         return "\n".join([
             "process.roles=broker,controller",
             "node.id=1",
             f"controller.quorum.voters=1@127.0.0.1:{c}",
-            f"listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{p}",
             "controller.listener.names=CONTROLLER",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
-            "inter.broker.listener.name=PLAINTEXT",
+            *listeners,
             f"log.dirs={self.dir / 'data'}",
             "num.partitions=1",
             "offsets.topic.replication.factor=1",
@@ -152,10 +158,15 @@ class KafkaCluster:
                          "-c", str(self.dir / "server.properties"), "-g")
         if self.transaction_version is not None:
             cmd += ["--feature", f"transaction.version={self.transaction_version}"]
+        if self.security:
+            cmd += self.security.format_arguments()
         proc = subprocess.run(cmd, capture_output=True, text=True,
                               env={**os.environ, "KAFKA_LOG4J_OPTS": ""})
         if proc.returncode != 0:
-            raise RuntimeError(f"formatting the {self.name} cluster failed:\n{proc.stdout}{proc.stderr}")
+            output = proc.stdout + proc.stderr
+            if self.security:
+                output = self.security.redact(output)
+            raise RuntimeError(f"formatting the {self.name} cluster failed:\n{output}")
 
     def start(self, fresh: bool = False) -> None:
         """Starts the broker unless ours already runs; returns when it serves requests."""
@@ -173,7 +184,10 @@ class KafkaCluster:
             import shutil
             shutil.rmtree(self.dir)
         (self.dir / "logs").mkdir(parents=True, exist_ok=True)
-        (self.dir / "server.properties").write_text(self._properties())
+        # Private: a secure broker's file holds its own SCRAM password.
+        props_file = self.dir / "server.properties"
+        props_file.touch(mode=0o600)
+        props_file.write_text(self._properties())
         (self.dir / "log4j2.properties").write_text(_LOG4J2)
         if not (self.dir / "data" / "meta.properties").exists():
             self._format()
@@ -264,35 +278,87 @@ def _cluster_id() -> str:
 
 
 class Sandbox:
-    """The source and target clusters as one unit for the CLI, the demo and the tests."""
+    """The source and target clusters as one unit for the CLI, the demo and the tests.
+
+    `secure` is "plaintext" (the default), one mode for both clusters ("scram", "mtls"), a (source
+    mode, target mode) pair, or "remembered": what the last `up` in this sandbox dir used (so
+    `status` and `down` need no flag)."""
 
     def __init__(self, root: Path | None = None, version: str = DEFAULT_KAFKA_VERSION,
                  source_tv: int | None = None, target_tv: int | None = None,
-                 port_shift: int | None = None) -> None:
-        root = root or default_root()
+                 port_shift: int | None = None, secure: str | tuple[str, str] = "plaintext") -> None:
+        root = self.root = root or default_root()
         shift = _port_shift() if port_shift is None else port_shift
-        self.source = KafkaCluster("source", SOURCE_PORT + shift, root, version, source_tv)
-        self.target = KafkaCluster("target", TARGET_PORT + shift, root, version, target_tv)
+        modes = security_modes(root, secure)
+        material = {name: SecurityMaterial(root / "secure" / mode, mode) if mode else None
+                    for name, mode in zip(("source", "target"), modes, strict=True)}
+        self.source = KafkaCluster("source", SOURCE_PORT + shift, root, version, source_tv,
+                                   security=material["source"])
+        self.target = KafkaCluster("target", TARGET_PORT + shift, root, version, target_tv,
+                                   security=material["target"])
 
     @property
     def clusters(self) -> tuple[KafkaCluster, KafkaCluster]:
         return self.source, self.target
 
+    @property
+    def secure(self) -> bool:
+        return any(c.security for c in self.clusters)
+
     def up(self, fresh: bool = False) -> None:
         try:
             for cluster in self.clusters:
-                cluster.start(fresh=fresh)
+                # Other listeners and users than its data dir was made with: start that cluster over.
+                cluster.start(fresh=fresh or _configured_security(cluster) != _mode(cluster))
         except BaseException:
             self.down()  # a half-started sandbox would hold its ports against the next attempt
             raise
+        _MODE_FILE(self.root).write_text(json.dumps([_mode(c) for c in self.clusters]))
 
     def down(self) -> None:
         for cluster in self.clusters:
             cluster.stop()
 
+    def client_properties(self, cluster: str, principal: str = "admin", *,
+                          by_reference: bool = False) -> dict[str, str]:
+        """librdkafka properties (without bootstrap) for `principal` on `cluster`; empty for PLAINTEXT."""
+        security = getattr(self, cluster).security
+        return security.client_properties(principal, by_reference=by_reference) if security else {}
+
     def status(self) -> dict[str, dict[str, object]]:
         return {
             c.name: {"bootstrap": c.bootstrap, "pid": c.pid(), "serving": port_open(c.port),
-                     "data_dir": str(c.dir)}
+                     "data_dir": str(c.dir), "security": _mode(c) or "plaintext",
+                     "client_properties": self.client_properties(c.name, by_reference=True)}
             for c in self.clusters
         }
+
+
+def _MODE_FILE(root: Path) -> Path:  # noqa: N802 - reads as the constant it stands for
+    return root / "security.json"
+
+
+def _mode(cluster: KafkaCluster) -> str | None:
+    return cluster.security.mode if cluster.security else None
+
+
+def _configured_security(cluster: KafkaCluster) -> str | None:
+    """The mode the cluster's data dir was formatted for (None: plaintext or never formatted)."""
+    try:
+        text = (cluster.dir / "server.properties").read_text()
+    except OSError:
+        return _mode(cluster)  # nothing yet: whatever we ask for
+    if "SASL_SSL" in text:
+        return "scram"
+    return "mtls" if "CLIENT:SSL" in text else None
+
+
+def security_modes(root: Path, secure: str | tuple[str, str]) -> tuple[str | None, str | None]:
+    if secure == "remembered":
+        try:
+            source, target = json.loads(_MODE_FILE(root).read_text())
+            return source, target
+        except (OSError, ValueError):
+            return None, None
+    pair = (secure, secure) if isinstance(secure, str) else secure
+    return tuple(None if m == "plaintext" else m for m in pair)  # type: ignore[return-value]
