@@ -17,6 +17,7 @@ from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
 from replicator import config, kafka_clients, topic_sync
+from replicator.groups.index_topic import ensure_index_topic
 from replicator.shard_copy import CopyRange, ShardCopier
 
 
@@ -27,14 +28,16 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--topic", required=True)
     p.add_argument("--alias", required=True)
     p.add_argument("--guarantee", default="exactly-once")
+    p.add_argument("--translation-index", choices=("on", "off"), default="on")
     args = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s %(message)s")
     cfg = config.load({"source_bootstrap_servers": args.source, "target_bootstrap_servers": args.target,
                        "topics": re.escape(args.topic), "name": f"bench-{args.alias}", "shards": 1,
                        "replication_policy": "prefix", "source_alias": args.alias,
-                       "guarantee": args.guarantee}, environ={})
+                       "guarantee": args.guarantee, "translation_index": args.translation_index}, environ={})
     source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
     mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
+    ensure_index_topic(cfg, target, [m.target for m in mappings])
     ranges = []
     for m in mappings:
         req = {TopicPartition(m.source, p): OffsetSpec.latest() for p in range(m.partitions)}

@@ -84,6 +84,8 @@ class ReplicatorConfig:
     sync_topic_configs: bool = True
     config_sync_exclude: tuple[str, ...] = ()
     provenance_header: bool = False
+    # Exact source->target offset entries written in each copy transaction (consumer-group failover).
+    translation_index: bool = True
     metrics_port: int = 9400
     metrics_host: str = "0.0.0.0"
     readiness_window_seconds: float = 60.0
@@ -322,6 +324,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "sync_topic_configs": _boolean,
     "config_sync_exclude": _regex_list,
     "provenance_header": _boolean,
+    "translation_index": _boolean,
     "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
     "metrics_host": _host,
     "readiness_window_seconds": _positive_float,

@@ -21,6 +21,7 @@ from pyspark.errors import StreamingQueryException
 
 from replicator import kafka_clients, topic_sync
 from replicator.config import ReplicatorConfig
+from replicator.groups.index_topic import ensure_index_topic
 from replicator.lag import partition_lags
 from replicator.offsets import keep_alive, read_group
 
@@ -57,6 +58,7 @@ def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
     try:
         mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
+        ensure_index_topic(cfg, target, [m.target for m in mappings])
     except (RuntimeError, KafkaException) as e:
         raise RuntimeFailure(f"preparing target topics failed: {e}") from None
     if not mappings:
@@ -230,7 +232,10 @@ class Replicator:
                 try:
                     selected, skipped = topic_sync.selection(self.cfg, source)
                     self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
-                    self.mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
+                    mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
+                    if mappings != self.mappings:  # a new topic may keep records longer than the index does
+                        ensure_index_topic(self.cfg, target, [m.target for m in mappings])
+                    self.mappings = mappings
                     lags = partition_lags(self.cfg, source, target, self.mappings)
                     lag = sum(x.records for x in lags)
                 except KafkaException as e:

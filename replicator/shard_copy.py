@@ -10,7 +10,9 @@ call copies the planned ranges up to their end offsets:
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in transactions bounded by records and time;
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
-   partition it advanced, so data and position commit atomically.
+   partition it advanced, so data and position commit atomically; and, produced after the data's
+   delivery reports and before those offsets, one translation index entry per partition it copied
+   records of (`replicator.groups.index`): visible exactly when the data is.
 
 Any Kafka error in the transaction drops the producer and starts again at step 1: whatever happened
 before (commit or not), the re-read offsets tell the truth.
@@ -27,6 +29,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 
 from replicator import kafka_clients
 from replicator.config import ReplicatorConfig
+from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, read_committed
 from replicator.replication_policy import Provenance
 
@@ -87,6 +90,18 @@ class _PartitionState:
     first_ts: int = -1
     last_ts: int = -1
     pair: tuple[int, int] | None = None  # last (source offset, target offset) acknowledged
+    # For the translation index, per open transaction: where the partition stood when it began, the
+    # (source, target) offsets of its first copied record, and the source offsets it skipped.
+    txn_begin: int = -1
+    first_pair: tuple[int, int] | None = None
+    gaps: list[int] = field(default_factory=list)  # flat [start, end, start, end, ...]
+
+    def skip_to(self, offset: int) -> None:
+        """Moves the position over source offsets that are not copied (markers, aborted or compacted
+        records, a data-loss jump, the end of the range): the index records them as a gap."""
+        if 0 <= self.next < offset:
+            self.gaps += (self.next, offset)
+        self.next = offset
 
 
 # Cached per Python worker: consumers keep warm connections between micro-batches. Producers are
@@ -117,12 +132,23 @@ class ShardCopier:
             _cluster_ids[key] = self.consumer.list_topics(timeout=30).cluster_id or "unknown"
         self.source_cluster = _cluster_ids[key]
         self.provenance = self._provenance(key) if cfg.provenance_header else None
+        self.index_partitions = self._index_partitions(key) if cfg.translation_index and cfg.exactly_once else 0
         self.stats = CopyStats()
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
             _cluster_ids[key + "|target"] = self.group.list_topics(timeout=30).cluster_id or "unknown"
         return Provenance(self.source_cluster, _cluster_ids[key + "|target"])
+
+    def _index_partitions(self, key: str) -> int:
+        topic = index.index_topic(self.cfg.name)
+        if key + "|index" not in _cluster_ids:
+            md = self.group.list_topics(topic, timeout=30).topics.get(topic)
+            if md is None or md.error is not None or not md.partitions:
+                raise RuntimeError(f"the translation index topic {topic!r} is missing on the target (the job "
+                                   f"creates it at start; translation_index=false turns the index off)")
+            _cluster_ids[key + "|index"] = str(len(md.partitions))
+        return int(_cluster_ids[key + "|index"])
 
     def copy(self, ranges: list[CopyRange]) -> CopyStats:
         for attempt in range(1, MAX_ATTEMPTS + 1):
@@ -222,7 +248,7 @@ class ShardCopier:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
             meta = (c.metadata if c and c.metadata else None) or CommitMetadata(
                 self.source_cluster, r.source_topic, self.cfg.shard_count, self.shard)
-            states[(r.source_topic, r.partition)] = _PartitionState(r, start, offset >= 0, meta)
+            states[(r.source_topic, r.partition)] = _PartitionState(r, start, offset >= 0, meta, txn_begin=start)
         return states
 
     def _produce_batch(self, producer: Producer, msgs: list, states: dict) -> int:
@@ -230,7 +256,7 @@ class ShardCopier:
             msgs = self.provenance.apply(
                 msgs, lambda m: m.offset() < states[(m.topic(), m.partition())].r.end)
         produce, produced = producer.produce, 0
-        lasts = _last_index_per_partition(msgs, len(states))
+        lasts = _last_index_per_partition(msgs, states)
         for i, m in enumerate(msgs):
             if m.error() is not None:
                 self._on_consume_error(m, states)
@@ -240,10 +266,13 @@ class ShardCopier:
             if st.done or offset >= st.r.end:
                 self._finish(st)
                 continue
+            if offset != st.next:
+                st.skip_to(offset)
             value, key, ts = m.value(), m.key(), m.timestamp()[1]
-            # A delivery report only for a partition's last record in the batch: it gives the exact
-            # source->target offset pair at a fraction of the cost of one report per record.
-            report = _PairReport(st, offset) if i in lasts else None
+            # A delivery report only for a partition's last record in the batch, and its first in the
+            # transaction: exact source->target offset pairs at a fraction of one report per record.
+            first = st.records == 0
+            report = _PairReport(st, offset, first) if first or i in lasts else None
             while True:
                 try:
                     produce(st.r.target_topic, value, key, st.r.partition, headers=m.headers(),
@@ -269,7 +298,7 @@ class ShardCopier:
             return
         # Offsets between the last record and the planned end are markers or aborted records.
         if st.next != st.r.end:
-            st.next = st.r.end
+            st.skip_to(st.r.end)
             st.dirty = True
         st.done = True
         self.consumer.pause([TopicPartition(st.r.source_topic, st.r.partition)])
@@ -307,7 +336,7 @@ class ShardCopier:
                       extra={"event": "data_loss", "topic": st.r.source_topic, "partition": st.r.partition,
                              "lost_from": st.next, "lost_to": low - 1})
             self.stats.data_loss_events += 1
-        st.next = max(low, st.next if st.next >= 0 else low)
+        st.skip_to(max(low, st.next if st.next >= 0 else low))
         st.dirty = True
         if st.next >= st.r.end:
             self._finish(st)
@@ -320,6 +349,8 @@ class ShardCopier:
         advanced = [s for s in states.values() if s.dirty]
         if advanced:
             producer.flush(60)  # every record acknowledged before the offsets join the transaction
+            if self.index_partitions:
+                self._produce_index(producer, advanced)
         offsets = []
         for s in advanced:
             offsets.append(TopicPartition(s.r.target_topic, s.r.partition, s.next,
@@ -345,6 +376,26 @@ class ShardCopier:
             if s.first_ts > 0 and len(self.stats.latency_seconds) < 64 * _LATENCY_SAMPLES_PER_TXN:
                 self.stats.latency_seconds += [now - s.first_ts / 1000, now - s.last_ts / 1000]
             s.dirty, s.records, s.bytes, s.first_ts, s.last_ts = False, 0, 0, -1, -1
+            s.txn_begin, s.first_pair, s.gaps = s.next, None, []
+
+    def _produce_index(self, producer: Producer, advanced: list[_PartitionState]) -> None:
+        """After the data's delivery reports (they give the target offsets), before the offsets join
+        the transaction: the entries commit or abort with the data they describe."""
+        topic = index.index_topic(self.cfg.name)
+        for s in advanced:
+            if not s.records:
+                continue  # no entry: source offsets up to the next entry map to the previous one's end
+            entry = index.entry_from_copy(s.txn_begin, s.next, s.first_pair, s.pair, s.records, s.gaps)
+            if entry is None:  # a missing entry would map these offsets wrongly: the task is retried
+                raise RuntimeError(f"shard {self.shard}: no delivery report for {s.r.target_topic}"
+                                   f"[{s.r.partition}] after flush; the translation index entry cannot be built")
+            if not entry.contiguous:
+                log.error("target %s[%d]: %d records landed on %d offsets: another producer writes there; "
+                          "this transaction's index entry is flagged inexact", s.r.target_topic, s.r.partition,
+                          entry.count, s.pair[1] - entry.first_target + 1,
+                          extra={"event": "index_not_contiguous", "shard": self.shard})
+            producer.produce(topic, entry.encode(), index.entry_key(s.r.target_topic, s.r.partition),
+                             index.index_partition(s.r.target_topic, s.r.partition, self.index_partitions))
 
     def _metadata(self, s: _PartitionState) -> str:
         so, to = s.pair if s.pair is not None else (s.meta.source_offset, s.meta.target_offset)
@@ -353,14 +404,18 @@ class ShardCopier:
 
 
 class _PairReport:
-    __slots__ = ("st", "source_offset")
+    __slots__ = ("st", "source_offset", "first")
 
-    def __init__(self, st: _PartitionState, source_offset: int) -> None:
-        self.st, self.source_offset = st, source_offset
+    def __init__(self, st: _PartitionState, source_offset: int, first: bool = False) -> None:
+        self.st, self.source_offset, self.first = st, source_offset, first
 
     def __call__(self, err, msg) -> None:
-        if err is None and (self.st.pair is None or self.source_offset > self.st.pair[0]):
+        if err is not None:
+            return
+        if self.st.pair is None or self.source_offset > self.st.pair[0]:
             self.st.pair = (self.source_offset, msg.offset())
+        if self.first:
+            self.st.first_pair = (self.source_offset, msg.offset())
 
 
 def _wanted(states: dict) -> int:
@@ -373,12 +428,17 @@ def _wanted(states: dict) -> int:
     return max(1, min(left, _CONSUME_BATCH))
 
 
-def _last_index_per_partition(msgs: list, partitions: int) -> set[int]:
+def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
+    """Each partition's last record in the batch that is inside its range (the one copied last)."""
+    partitions = sum(not s.done for s in states.values())
     seen: set[tuple[str, int]] = set()
     lasts: set[int] = set()
     for i in range(len(msgs) - 1, -1, -1):
         m = msgs[i]
         if m.error() is None and (k := (m.topic(), m.partition())) not in seen:
+            st = states.get(k)
+            if st is None or m.offset() >= st.r.end:
+                continue  # beyond the plan: not copied
             seen.add(k)
             lasts.add(i)
             if len(seen) == partitions:

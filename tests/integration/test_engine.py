@@ -16,6 +16,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from replicator.offsets import read_group
+from tests.index_helpers import assert_index_exact
 from tests.kafka_helpers import (
     assert_identical,
     create_topic,
@@ -93,6 +94,8 @@ def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
     # The recorded source->target pair is exact: the target record at `target_offset` is the
     # source record at `source_offset`.
     assert meta.source_offset >= 0 and meta.target_offset >= 0
+    # The translation index maps every copied source record to its copy.
+    assert_index_exact(sandbox.source.bootstrap, sandbox.target.bootstrap, name, topic, topic, PARTITIONS)
 
 
 def _background_producer(sandbox, topic: str, unique: str, stop: threading.Event, counter: list[int]) -> None:
@@ -146,6 +149,8 @@ def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
     total = assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)
     assert total > 60_000 * 6 // 7
     target_is_stable(sandbox, topic)
+    # Crashes and re-sharding leave the translation index exact: no entry of a killed transaction.
+    assert_index_exact(sandbox.source.bootstrap, sandbox.target.bootstrap, name, topic, topic, PARTITIONS)
 
 
 @pytest.mark.parametrize("fault", ["fail-before-commit", "fail-after-commit"])
@@ -163,6 +168,7 @@ def test_task_retry_after_producing_is_exact(sandbox, unique, logs, fault):
     assert "InjectedFault" in job.log() or "test fault" in job.log()
     assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) == 40_000
     target_is_stable(sandbox, topic)
+    assert_index_exact(sandbox.source.bootstrap, sandbox.target.bootstrap, name, topic, topic, PARTITIONS)
 
 
 def test_zombie_twin_is_fenced_and_never_duplicates(sandbox, unique, logs):

@@ -26,6 +26,7 @@ INVALID = [
     ("name too long", {"name": "n" * 101}, "name", "1-100"),
     ("group with a slash", {"offsets_group": "a/b"}, "offsets_group", "249"),
     ("shards zero", {"shards": "0"}, "shards", "between 1 and 4096"),
+    ("translation index not a boolean", {"translation_index": "maybe"}, "translation_index", "true or false"),
     ("shards not a number", {"shards": "four"}, "shards", "integer"),
     ("shards a boolean", {"shards": True}, "shards", "boolean"),
     ("spark master scheme", {"master": "foo://x"}, "master", "Spark master URL"),

@@ -1,0 +1,62 @@
+"""Test-side reading of the translation index (read_committed, like any consumer of the target)."""
+
+from __future__ import annotations
+
+from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+from replicator.groups.index import INDEX_PARTITIONS, IndexEntry, index_topic, parse_key
+from tests.kafka_helpers import read_all, record_view
+
+
+def read_index(bootstrap: str, job_name: str, isolation: str = "read_committed"
+               ) -> dict[tuple[str, int], list[IndexEntry]]:
+    """Every visible entry, per target partition, in index order."""
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-index-reader",
+                         "enable.auto.commit": False, "isolation.level": isolation,
+                         "enable.partition.eof": True})
+    topic = index_topic(job_name)
+    out: dict[tuple[str, int], list[IndexEntry]] = {}
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(INDEX_PARTITIONS)])
+        at_eof: set[int] = set()
+        while len(at_eof) < INDEX_PARTITIONS:
+            for m in consumer.consume(1000, 1.0):
+                if m.error():
+                    if m.error().code() == -191:  # _PARTITION_EOF
+                        at_eof.add(m.partition())
+                        continue
+                    raise RuntimeError(m.error())
+                at_eof.discard(m.partition())
+                out.setdefault(parse_key(m.key()), []).append(IndexEntry.decode(m.value()))
+    finally:
+        consumer.close()
+    return out
+
+
+def assert_index_exact(source_bs: str, target_bs: str, job_name: str, source_topic: str, target_topic: str,
+                       partitions: int, start: int = 0) -> int:
+    """The committed index chains without holes from `start` to the source's end, and maps every
+    copied source record to the target record equal to it. Returns the number of entries."""
+    entries = read_index(target_bs, job_name)
+    src = read_all(source_bs, source_topic, partitions)
+    dst = read_all(target_bs, target_topic, partitions)
+    total = 0
+    for p in range(partitions):
+        chain = entries.get((target_topic, p), [])
+        assert chain, f"no index entry for {target_topic}[{p}]"
+        total += len(chain)
+        for e in chain:
+            e.check()
+            assert e.contiguous
+        for a, b in zip(chain, chain[1:], strict=False):
+            # Transactions that copied no record of the partition leave no entry: nothing to map there.
+            assert a.end <= b.begin and a.end_target <= b.first_target, (a, b)
+        assert chain[0].begin <= max(start, src[p][0].offset() if src[p] else start)
+        by_target = {m.offset(): m for m in dst[p]}
+        for m in src[p]:
+            x = m.offset()
+            e = next(e for e in chain if e.covers(x))
+            t = e.translate(x)
+            assert t in by_target, f"{source_topic}[{p}] offset {x} maps to {t}, not a record on the target"
+            assert record_view(by_target[t]) == record_view(m), f"{source_topic}[{p}] offset {x} -> {t}"
+    return total
