@@ -4,8 +4,16 @@ Written with kafka-python, a second client implementation from the librdkafka on
 data, so a bug shared by the writer and its checker cannot hide itself. Both sides are read
 read_committed. For every replicated partition the fake group on the target says how far the copy
 has committed: source records [log start, committed) must equal, one for one and in order, the
-target records [log start, last target offset in the commit metadata]. Anything after that is
-still being copied and is not judged.
+target records [log start, last target offset in the commit metadata].
+
+Records after that pair are judged too, so that a record the replication did not write cannot hide
+there. The target's last stable offset is read BEFORE the group, and the group is read "stable"
+(KIP-447: the broker refuses while a transactional offset commit is pending). Every record below
+that end is decided (committed or aborted). A committed one written by the replication was written
+in a transaction that had already sent its offsets (TxnOffsetCommit precedes EndTxn), so the stable
+group read that follows names it. Any committed record between the group's pair and that end was
+therefore written by someone else: it is a violation whether or not the replicator is running.
+Records of a transaction still open are past the end and are not judged.
 
 Memory stays bounded: each side is streamed and compared as 8-byte digests of (key, value, headers,
 timestamp). Only a partition that diverges is read a second time, into two arrays of digests, to
@@ -116,6 +124,8 @@ class PartitionReport:
     committed: int  # next source offset per the fake group; -1 when nothing was committed yet
     source_end: int  # source last stable offset
     target_bound: int  # exclusive target offset the committed range ends at
+    target_end: int = -1  # target last stable offset, read before the group: the foreign-record bound
+    target_start: int = 0
     lso: int = -1
     hw: int = -1
     source_records: int = 0
@@ -125,6 +135,10 @@ class PartitionReport:
     extra: int = 0
     reordered: int = 0
     aborted_visible: int = 0
+    foreign: int = 0  # committed target records after the group's pair: not written by the replication
+    foreign_copies: int = 0  # ... of which copies of a replicated source record
+    first_foreign: int | None = None  # target offset of the first one
+    truncated_at: int = -1  # target high watermark when below the group's pair: records deleted, topic recreated
     first_divergence: dict | None = None
     note: str = ""
 
@@ -138,10 +152,20 @@ class PartitionReport:
 
     def violations(self) -> list[str]:
         where = f"{self.target_topic}[{self.partition}]"
+        lost = "missing records"
+        if self.target_start > 0:
+            lost += f" (the target log starts at offset {self.target_start}: deleted on the target?)"
         out = [f"{where}: {n} {what}" for n, what in (
-            (self.duplicates, "duplicate records"), (self.missing, "missing records"),
+            (self.duplicates, "duplicate records"), (self.missing, lost),
             (self.extra, "records that are not on the source"), (self.reordered, "records out of order"),
             (self.aborted_visible, "records from aborted source transactions")) if n]
+        if self.foreign:
+            copies = f", {self.foreign_copies} of them copies of source records" if self.foreign_copies else ""
+            out.append(f"{where}: {self.foreign} records after the replicated range (first at target offset "
+                       f"{self.first_foreign}) that the replication did not write{copies}")
+        if self.truncated_at >= 0:
+            out.append(f"{where}: the target ends at offset {self.truncated_at}, before offset {self.target_bound} "
+                       f"up to which the offsets group says the replication wrote: records deleted or topic recreated")
         if self.first_divergence and not out:
             out.append(f"{where}: target differs from source at {self.first_divergence}")
         return out
@@ -170,7 +194,7 @@ class Report:
             parts.append(d)
         totals = {k: sum(getattr(p, k) for p in self.partitions) for k in (
             "source_records", "target_records", "duplicates", "missing", "extra", "reordered",
-            "aborted_visible", "lag")}
+            "aborted_visible", "foreign", "lag")}
         return {"ok": self.ok, "source": self.source, "target": self.target, "group": self.group,
                 "totals": totals, "partitions": parts, "open_transactions": self.open_transactions,
                 "hanging_transactions": self.hanging_transactions, "lost_acked": self.lost_acked,
@@ -187,6 +211,7 @@ class _Side:
         self.role = role
         bootstrap = getattr(cfg, f"{role}_bootstrap_servers")
         settings = client_settings(cfg.client_properties(role), bootstrap)
+        self.settings = settings
         try:
             self.admin = KafkaAdminClient(**settings)
             self.consumer = KafkaConsumer(**settings, group_id=None, enable_auto_commit=False,
@@ -240,6 +265,27 @@ class _Side:
                 raise VerifyError(f"reading {self.role} {tp.topic}[{tp.partition}] stalled at offset "
                                   f"{self.consumer.position(tp)} (bound {end}) for {STALL_TIMEOUT_S:.0f}s")
 
+    def stable_group_offsets(self, group: str, tps: list) -> dict:
+        """OffsetFetch with require_stable (a read_committed group member-less consumer): the broker
+        answers UNSTABLE_OFFSET_COMMIT, retried here, while a transactional offset commit for the
+        partition is pending, so a transaction whose records are committed is always counted."""
+        from kafka import KafkaConsumer
+        from kafka.errors import KafkaError
+
+        reader = KafkaConsumer(**self.settings, group_id=group, enable_auto_commit=False,
+                               isolation_level="read_committed")
+        try:
+            out = {}
+            for tp in tps:
+                om = reader.committed(tp, metadata=True, timeout_ms=int(STALL_TIMEOUT_S * 1000))
+                if om is not None:
+                    out[tp] = om
+            return out
+        except KafkaError as e:
+            raise VerifyError(f"cannot read the offsets group {group!r} (stable) on the target: {e}") from None
+        finally:
+            reader.close()
+
     def close(self) -> None:
         self.consumer.close()
         self.admin.close()
@@ -282,6 +328,24 @@ def classify(source: array, target: array) -> dict[str, int]:
     return {"missing": missing, "duplicates": duplicates, "extra": extra, "reordered": reordered}
 
 
+_NO_PAIR = 1 << 62  # a group entry without our metadata: the whole committed target counts as copied
+
+
+def _decode_group(offsets: Mapping) -> dict:
+    # librdkafka stores the metadata string with its C terminator; kafka-python hands it back.
+    return {tp: (om.offset, CommitMetadata.decode((om.metadata or "").rstrip("\x00")))
+            for tp, om in offsets.items() if om.offset >= 0}
+
+
+def _pair_end(committed: int, meta: CommitMetadata | None) -> int:
+    """Exclusive target offset up to which the group says the replication wrote."""
+    if committed < 0:
+        return 0
+    if meta is None:
+        return _NO_PAIR
+    return meta.target_offset + 1 if meta.target_offset >= 0 else 0
+
+
 class Auditor:
     def __init__(self, cfg: ReplicatorConfig, truth: GroundTruth | None = None, quiesced: bool = False,
                  require_caught_up: bool = False, progress: bool = True) -> None:
@@ -302,14 +366,22 @@ class Auditor:
             plan = self._plan(source, target)
             src_tps = [TopicPartition(s, p) for s, _, p in plan]
             dst_tps = [TopicPartition(t, p) for _, t, p in plan]
-            group = self._group(target)  # read first: the prefix it names cannot change afterwards
+            # The target's end BEFORE the group: every committed record below it that the group does
+            # not account for was written by someone else (see the module docstring).
+            target_ends = target.offsets(dst_tps, committed=True)
+            group = self._group(target, dst_tps, target_ends)
+            target_hws = target.offsets(dst_tps, committed=False)
             source_ends = source.offsets(src_tps, committed=True)
             source_starts, target_starts = source.starts(src_tps), target.starts(dst_tps)
             for (s, t, p), stp, dtp in zip(plan, src_tps, dst_tps, strict=True):
-                committed, meta = group.get((t, p), (-1, None))
-                report.partitions.append(PartitionReport(
-                    s, t, p, committed, source_ends[stp], self._target_bound(committed, meta, target, dtp)))
-            self._compare_all(report, source, target, source_starts, target_starts)
+                committed, meta = group.get(dtp, (-1, None))
+                part = PartitionReport(s, t, p, committed, source_ends[stp],
+                                       self._target_bound(committed, meta, target, dtp),
+                                       target_end=target_ends[dtp], target_start=target_starts[dtp])
+                if target_hws[dtp] < part.target_bound:
+                    part.truncated_at = target_hws[dtp]
+                report.partitions.append(part)
+            self._compare_all(report, source, target, source_starts)
             self._transactions(report, target, dst_tps)
             self._judge(report)
         finally:
@@ -329,51 +401,71 @@ class Auditor:
             plan += [(name, target_name, p) for p in range(min(count, have))]
         return plan
 
-    def _group(self, target: _Side) -> dict[tuple[str, int], tuple[int, CommitMetadata | None]]:
+    def _group(self, target: _Side, tps: list, ends: dict) -> dict:
+        """{target tp: (next source offset, metadata)}. A fast plain read, then a stable re-read of
+        the partitions where records past the pair it names sit below the target's end."""
         from kafka.errors import KafkaError
 
         try:
             offsets = target.admin.list_group_offsets(self.cfg.group).get(self.cfg.group, {})
         except KafkaError as e:
             raise VerifyError(f"cannot read the offsets group {self.cfg.group!r} on the target: {e}") from None
-        # librdkafka stores the metadata string with its C terminator; kafka-python hands it back.
-        return {(tp.topic, tp.partition): (om.offset, CommitMetadata.decode((om.metadata or "").rstrip("\x00")))
-                for tp, om in offsets.items() if om.offset >= 0}
+        group = _decode_group(offsets)
+        unsettled = [tp for tp in tps if _pair_end(*group.get(tp, (-1, None))) < ends[tp]]
+        if unsettled:
+            group.update(_decode_group(target.stable_group_offsets(self.cfg.group, unsettled)))
+        return group
 
     @staticmethod
     def _target_bound(committed: int, meta: CommitMetadata | None, target: _Side, tp) -> int:
-        if committed < 0:
-            return 0
-        if meta is not None:
-            return meta.target_offset + 1 if meta.target_offset >= 0 else 0
+        end = _pair_end(committed, meta)
         # No metadata (a group not written by this replicator): judge everything committed so far.
-        return target.offsets([tp], committed=True)[tp]
+        return target.offsets([tp], committed=True)[tp] if end == _NO_PAIR else end
 
-    def _compare_all(self, report: Report, source: _Side, target: _Side, source_starts: dict,
-                     target_starts: dict) -> None:
+    def _compare_all(self, report: Report, source: _Side, target: _Side, source_starts: dict) -> None:
         from kafka import TopicPartition
 
+        def tail(p: PartitionReport) -> tuple[int, int]:
+            # Committed records past the pair and below the end read before the group are foreign.
+            return max(p.target_bound, p.target_start), p.target_end
+
         work = sum(max(0, p.committed - source_starts[TopicPartition(p.source_topic, p.partition)]) +
-                   max(0, p.target_bound - target_starts[TopicPartition(p.target_topic, p.partition)])
-                   for p in report.partitions if p.committed >= 0)
+                   max(0, p.target_bound - p.target_start) for p in report.partitions if p.committed >= 0)
+        work += sum(max(0, b - a) for a, b in map(tail, report.partitions))
         seen_acked: set[int] = set()
         with click.progressbar(length=max(work, 1), label="verifying", file=sys.stderr,
                                hidden=not self.progress) as bar:
             for p in report.partitions:
+                stp, dtp = TopicPartition(p.source_topic, p.partition), TopicPartition(p.target_topic, p.partition)
+                foreign = self._foreign(p, target, dtp, *tail(p), bar.update)
                 if p.committed < 0:
                     p.note = "nothing committed in the offsets group yet"
                     continue
-                stp, dtp = TopicPartition(p.source_topic, p.partition), TopicPartition(p.target_topic, p.partition)
                 src = (source, stp, source_starts[stp], p.committed)
-                dst = (target, dtp, target_starts[dtp], p.target_bound)
+                bound = p.target_bound if p.truncated_at < 0 else min(p.target_bound, p.truncated_at)
+                dst = (target, dtp, p.target_start, bound)
                 if source_starts[stp] > 0:
                     p.note = f"source log starts at {source_starts[stp]} (retention): compared from there"
-                self._compare(p, src, dst, bar.update, seen_acked)
+                self._compare(p, src, dst, bar.update, seen_acked, foreign)
         if self.truth is not None and self.truth.acked:
             caught_up = all(p.committed >= p.source_end for p in report.partitions)
             report.lost_acked = len(self.truth.acked - seen_acked) if caught_up else None
 
-    def _compare(self, p: PartitionReport, src: tuple, dst: tuple, tick, seen_acked: set[int]) -> None:
+    def _foreign(self, p: PartitionReport, target: _Side, tp, start: int, end: int, tick) -> Counter:
+        """Digests of the committed target records in [start, end): none of them is the replication's."""
+        aborted = self.truth.aborted if self.truth else set()
+        found: Counter = Counter()
+        for r in target.read(tp, start, end, tick):
+            if p.first_foreign is None:
+                p.first_foreign = r.offset
+            p.foreign += 1
+            found[_record_digest(r)] += 1
+            if value_digest(r.value) in aborted:
+                p.aborted_visible += 1
+        return found
+
+    def _compare(self, p: PartitionReport, src: tuple, dst: tuple, tick, seen_acked: set[int],
+                 foreign: Counter) -> None:
         """One streaming pass in lockstep; a second pass into digest arrays only on divergence."""
         aborted = self.truth.aborted if self.truth else set()
         acked = self.truth.acked if self.truth else set()
@@ -381,6 +473,7 @@ class Auditor:
         dst_side, dtp, t0, t1 = dst
         s_iter, t_iter = src_side.read(stp, s0, s1, tick), dst_side.read(dtp, t0, t1, tick)
         diverged = False
+        copied: set[int] = set()  # foreign records that repeat a replicated source record
         while True:
             a, b = next(s_iter, None), next(t_iter, None)
             if a is None and b is None:
@@ -394,10 +487,13 @@ class Auditor:
                     seen_acked.add(vd)
             if a is not None:
                 p.source_records += 1
+                if foreign and _record_digest(a) in foreign:
+                    copied.add(_record_digest(a))
             if not diverged and (a is None or b is None or _record_digest(a) != _record_digest(b)):
                 diverged = True
                 p.first_divergence = {"source_offset": a.offset if a else None,
                                       "target_offset": b.offset if b else None}
+        p.foreign_copies = sum(foreign[d] for d in copied)
         if diverged:
             s_digests = array("Q", (_record_digest(r) for r in src_side.read(stp, s0, s1)))
             t_digests = array("Q", (_record_digest(r) for r in dst_side.read(dtp, t0, t1)))
@@ -472,6 +568,7 @@ def _summary(report: Report) -> str:
     lines = [f"offsets group {report.group!r}: {len(report.partitions)} partitions, "
              f"{t['source_records']} source records compared with {t['target_records']} target records",
              f"  duplicates {t['duplicates']}, missing {t['missing']}, extra {t['extra']}, "
+             f"after the replicated range {t['foreign']}, "
              f"reordered {t['reordered']}, from aborted transactions {t['aborted_visible']}",
              f"  not yet replicated: {t['lag']} source offsets; partitions with LSO < HW: "
              f"{sum(1 for p in report.partitions if p.open_transaction)}",

@@ -27,7 +27,7 @@ def assert_exactly_once(result: ChaosResult) -> None:
     assert result.verify_exit == 0 and report.get("ok") is True, report.get("violations", report)
     totals = report["totals"]
     # The audit: target == source record for record, up to a fake group equal to the source end.
-    for kind in ("duplicates", "missing", "extra", "reordered", "aborted_visible", "lag"):
+    for kind in ("duplicates", "missing", "extra", "reordered", "aborted_visible", "foreign", "lag"):
         assert totals[kind] == 0, (kind, totals)
     assert totals["source_records"] == totals["target_records"] > 0
     assert report["lost_acked"] == 0, "values VerifiableProducer saw acknowledged are missing"

@@ -18,7 +18,7 @@ import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
 
 from replicator.offsets import CommitMetadata
-from tests.kafka_helpers import create_topic, produce_transactional
+from tests.kafka_helpers import create_topic, fake_group_offsets, produce_transactional
 
 BIN = Path(sys.executable).with_name("replicator")
 Record = tuple  # (partition, key, value, headers, timestamp)
@@ -117,19 +117,89 @@ def test_verify_reports_values_of_aborted_source_transactions(sandbox, unique, t
     assert any("aborted" in v for v in report["violations"])
 
 
-def test_verify_does_not_judge_records_beyond_the_committed_offsets(sandbox, unique):
-    """What the target holds after the group's offset is an in-flight copy, not a duplicate."""
-    topic, name, src = scenario(sandbox, unique, "prefix", lambda r: r)
-    producer = Producer({"bootstrap.servers": sandbox.target.bootstrap, "transactional.id": f"late-{name}"})
-    producer.init_transactions(60)
-    producer.begin_transaction()
-    producer.produce(topic, value=src[0][2], key=src[0][1], partition=0)
-    producer.flush(60)
-    producer.commit_transaction(60)
+def produce_plain(bootstrap: str, topic: str, records: list[Record]) -> None:
+    """A foreign, non-transactional producer writing straight into the target topic."""
+    producer = Producer({"bootstrap.servers": bootstrap, "enable.idempotence": True})
+    for _, key, value, headers, ts in records:
+        producer.produce(topic, value=value, key=key, partition=0, headers=headers, timestamp=ts)
+    assert producer.flush(60) == 0
 
-    code, report, _ = run_verify(sandbox, topic, name, "--format", "json")
-    assert code == 0, report["violations"]
-    assert report["totals"]["target_records"] == len(src)
+
+def assert_caught(sandbox, topic: str, name: str, phrase: str) -> dict:
+    """The damage is a violation for a running job's audit and for a quiesced one."""
+    for extra in ((), ("--quiesced",)):
+        code, report, err = run_verify(sandbox, topic, name, "--format", "json", *extra)
+        assert code == 1 and report["ok"] is False, (extra, report, err)
+        assert any(phrase in v for v in report["violations"]), (extra, report["violations"])
+    code, text, _ = run_verify(sandbox, topic, name)
+    assert code == 1 and "FAILED" in text and phrase in text
+    return report
+
+
+@pytest.mark.parametrize("label", ["appendedcopy", "appendedforeign"])
+def test_verify_reports_records_appended_after_the_replicated_range(sandbox, unique, label):
+    """A new user's check: replicate, stop, write one record straight into the target topic. The
+    group's pair ends before it, but nothing the replication wrote can be there."""
+    topic, name, src = scenario(sandbox, unique, label, lambda r: r)
+    appended = src[5] if label == "appendedcopy" else (0, b"x", b"foreign", [], src[5][4])
+    produce_plain(sandbox.target.bootstrap, topic, [appended])
+    report = assert_caught(sandbox, topic, name, "after the replicated range")
+    part = report["partitions"][0]
+    assert report["totals"]["foreign"] == part["foreign"] == 1
+    assert part["first_foreign"] == 41  # after the 40 records and the commit marker
+    assert part["foreign_copies"] == (1 if label == "appendedcopy" else 0)
+    assert report["totals"]["source_records"] == report["totals"]["target_records"] == len(src)
+
+
+def test_verify_reports_foreign_writes_inside_the_replicated_range(sandbox, unique):
+    """A foreign producer writes between two transactions of the replication."""
+    topic, name = f"verify-inside-{unique}", f"v-inside-{unique}"
+    src = source_records(40, "inside")
+    create_topic(sandbox.source.bootstrap, topic)
+    create_topic(sandbox.target.bootstrap, topic)
+    produce_transactional(sandbox.source.bootstrap, topic, src, f"src-{name}", per_txn=20)
+    group = f"__replicator.{name}"
+    write_target(sandbox.target.bootstrap, topic, src[:20], group, 21, 19, f"w-{name}")
+    produce_plain(sandbox.target.bootstrap, topic, [(0, b"x", b"interloper", [], src[0][4])])
+    write_target(sandbox.target.bootstrap, topic, src[20:], group, 42, 40, f"w-{name}")
+    report = assert_caught(sandbox, topic, name, "records that are not on the source")
+    assert report["totals"]["extra"] == 1 and report["totals"]["foreign"] == 0
+    assert report["partitions"][0]["first_divergence"]["target_offset"] == 21
+
+
+def test_verify_reports_target_records_deleted(sandbox, unique):
+    from confluent_kafka.admin import AdminClient
+
+    topic, name, src = scenario(sandbox, unique, "deleted", lambda r: r)
+    admin = AdminClient({"bootstrap.servers": sandbox.target.bootstrap})
+    for fut in admin.delete_records([TopicPartition(topic, 0, 10)]).values():
+        fut.result(timeout=60)
+    report = assert_caught(sandbox, topic, name, "the target log starts at offset 10")
+    assert report["totals"]["missing"] == 10 and report["totals"]["target_records"] == len(src) - 10
+
+
+def test_verify_reports_a_recreated_target_topic(sandbox, unique):
+    """Deleting the target topic drops the group's offsets for it; whatever then sits in the new
+    topic was not written by the replication, and the copy is no longer caught up."""
+    from confluent_kafka.admin import AdminClient
+
+    topic, name, src = scenario(sandbox, unique, "recreated", lambda r: r)
+    admin = AdminClient({"bootstrap.servers": sandbox.target.bootstrap})
+    admin.delete_topics([topic])[topic].result(timeout=60)
+    deadline = time.monotonic() + 60
+    while True:  # the deletion completes asynchronously
+        try:
+            create_topic(sandbox.target.bootstrap, topic)
+            break
+        except Exception:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+    code, report, err = run_verify(sandbox, topic, name, "--format", "json", "--quiesced", "--require-caught-up")
+    assert code == 1, (report, err)
+    assert any("source end" in v or "records deleted or topic recreated" in v for v in report["violations"])
+    produce_plain(sandbox.target.bootstrap, topic, src[:3])
+    assert_caught(sandbox, topic, name, "that the replication did not write")
 
 
 def test_verify_reports_an_open_transaction_and_lso_below_hw(sandbox, unique):
@@ -182,3 +252,47 @@ def test_verify_invalid_configuration_exits_2(sandbox):
                            "--target-bootstrap-servers", "nonsense", "--topics", "x"],
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode == 2 and "target_bootstrap_servers" in proc.stderr
+
+
+def test_verify_while_the_job_runs_judges_nothing_of_ours_and_catches_a_foreign_record(sandbox, unique, tmp_path):
+    """The real engine copies a live stream in small transactions while verify runs again and again:
+    its in-flight transactions and offset commits racing the audit are never foreign; a record
+    written straight into the target meanwhile is."""
+    import threading
+
+    from tests.replicator_process import ReplicatorProcess, wait_until
+
+    topic, name = f"verify-live-{unique}", f"v-live-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, 2)
+    create_topic(sandbox.target.bootstrap, topic, 2)
+    stop = threading.Event()
+
+    def feed() -> None:
+        i = 0
+        while not stop.is_set():
+            now = int(time.time() * 1000)
+            batch = [(n % 2, None, f"live-{n}".encode(), None, now) for n in range(i, i + 200)]
+            produce_transactional(sandbox.source.bootstrap, topic, batch, f"feed-{name}", per_txn=50, abort_every=3)
+            i += 200
+            stop.wait(0.5)  # a steady trickle: the audit's reads stay short
+
+    feeder = threading.Thread(target=feed)
+    feeder.start()
+    try:
+        with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--shards", "2",
+                               "--max-records-per-transaction", "100") as job:
+            group = f"__replicator.{name}"
+            wait_until(lambda: len(fake_group_offsets(sandbox.target.bootstrap, group)) == 2, 240,
+                       "the job's first commits", job)
+            for _ in range(2):
+                code, report, err = run_verify(sandbox, topic, name, "--format", "json")
+                assert code == 0, (report["violations"] if isinstance(report, dict) else report, err)
+                assert report["totals"]["foreign"] == 0 and report["totals"]["source_records"] > 0
+            produce_plain(sandbox.target.bootstrap, topic, [(0, b"x", b"foreign-live", [], int(time.time() * 1000))])
+            code, report, err = run_verify(sandbox, topic, name, "--format", "json")
+            assert code == 1, (report, err)
+            assert report["totals"]["foreign"] + report["totals"]["extra"] == 1, report["violations"]
+            assert job.sigterm() == 0
+    finally:
+        stop.set()
+        feeder.join()
