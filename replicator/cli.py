@@ -16,6 +16,7 @@ class _LazyGroup(click.Group):
     each concept in its module)."""
 
     lazy = {
+        "acls": "replicator.acls_command:acls",
         "demo": "replicator.demo:demo",
         "lag": "replicator.lag_command:lag",
         "topics": "replicator.topics_command:topics",

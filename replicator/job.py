@@ -19,7 +19,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from pyspark.errors import StreamingQueryException
 
-from replicator import kafka_clients, topic_sync
+from replicator import kafka_clients, permissions, topic_sync
 from replicator.config import ReplicatorConfig
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.lag import partition_lags
@@ -42,12 +42,27 @@ class JobObserver(Protocol):
     def on_stop(self) -> None: ...
 
 
-def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
-    """Everything that must hold before the first record moves."""
+def preflight(cfg: ReplicatorConfig) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
+    """Everything that must hold before the first record moves. Returns the config with the optional
+    features switched off that the principals' ACLs do not allow, and the topic mappings."""
+    from replicator import tls_files
+
+    for role in ("source", "target"):
+        servers = getattr(cfg, f"{role}_bootstrap_servers")
+        if problems := tls_files.problems(cfg.client_properties(role)):
+            raise RuntimeFailure(f"cannot connect to the {role} cluster at {servers}: {'; '.join(problems)}")
     source_errors: list[str] = []
     target_errors: list[str] = []
-    source = kafka_clients.source_admin(cfg, source_errors)
-    target = kafka_clients.target_admin(cfg, target_errors)
+    try:
+        source = kafka_clients.source_admin(cfg, source_errors)
+    except KafkaException as e:  # librdkafka refuses the TLS/SASL settings themselves
+        raise RuntimeFailure(f"cannot connect to the source cluster at {cfg.source_bootstrap_servers}: "
+                             f"{e.args[0].str()}") from None
+    try:
+        target = kafka_clients.target_admin(cfg, target_errors)
+    except KafkaException as e:
+        raise RuntimeFailure(f"cannot connect to the target cluster at {cfg.target_bootstrap_servers}: "
+                             f"{e.args[0].str()}") from None
     for role, admin, servers, errors in (("source", source, cfg.source_bootstrap_servers, source_errors),
                                          ("target", target, cfg.target_bootstrap_servers, target_errors)):
         try:
@@ -57,8 +72,19 @@ def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
             cause = f" ({errors[-1]})" if errors else ""
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
     try:
-        mappings = topic_sync.ensure_target_topics(cfg, source, target, topic_sync.discover(cfg, source))
+        selected = topic_sync.discover(cfg, source)
+        permissions.check_source(cfg, source, selected)
+        permissions.check_source_group(cfg, source)
+        cfg = permissions.check_source_configs(cfg, source, selected)
+        # Checked before creating anything (what creation would skip), and again after it (topics
+        # that did not exist before): no record or offset is written until every check passed.
+        cfg = permissions.check_target(cfg, target, selected)
+        mappings = topic_sync.ensure_target_topics(cfg, source, target, selected)
         ensure_index_topic(cfg, target, [m.target for m in mappings])
+        cfg = permissions.check_target(cfg, target, selected, quiet=True)
+        permissions.check_group(cfg, target)
+    except permissions.PermissionDenied as e:
+        raise RuntimeFailure(str(e)) from None
     except (RuntimeError, KafkaException) as e:
         raise RuntimeFailure(f"preparing target topics failed: {e}") from None
     if not mappings:
@@ -72,7 +98,7 @@ def preflight(cfg: ReplicatorConfig) -> list[topic_sync.TopicMapping]:
                 f"the group was written by another job or the source topic was recreated. Use another "
                 f"--name/--offsets-group, or delete the group to start over.")
     fence_previous_layouts(cfg)
-    return mappings
+    return cfg, mappings
 
 
 def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
@@ -85,17 +111,26 @@ def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
     if layouts - {cfg.shard_count}:
         log.info("shard layout changed from %s to %d: fencing the previous transactional ids",
                  sorted(layouts), cfg.shard_count)
-    threads = [threading.Thread(target=_fence_one, args=(cfg, shard)) for shard in range(count)]
+    errors: list[BaseException] = []
+    threads = [threading.Thread(target=_fence_one, args=(cfg, shard, errors)) for shard in range(count)]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
+    if errors:
+        raise errors[0]
     return count
 
 
-def _fence_one(cfg: ReplicatorConfig, shard: int) -> None:
+def _fence_one(cfg: ReplicatorConfig, shard: int, errors: list[BaseException]) -> None:
     producer = kafka_clients.target_producer(cfg, cfg.transactional_id(shard))
-    producer.init_transactions(60)
+    try:
+        producer.init_transactions(60)
+    except KafkaException as e:
+        if permissions.is_authorization_error(kafka_clients.kafka_error(e)):
+            errors.append(RuntimeFailure(str(permissions.transactional_id_denied(cfg, cfg.transactional_id(shard)))))
+        else:
+            errors.append(e)
 
 
 class BatchStats:
@@ -190,7 +225,7 @@ class Replicator:
         (self.scratch / "stop").touch()
 
     def run(self) -> None:
-        self.mappings = preflight(self.cfg)
+        self.cfg, self.mappings = preflight(self.cfg)
         if self.stop_requested.is_set():  # stopped during start-up: nothing written, nothing to finish
             self.stats.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
@@ -303,7 +338,7 @@ class Replicator:
 
 def _root_cause(error) -> str:
     text = str(getattr(error, "desc", None) or error)
-    for marker in ("DataLossError: ", "RuntimeError: ", "KafkaException: ", "InjectedFault: "):
+    for marker in ("DataLossError: ", "PermissionDenied: ", "RuntimeError: ", "KafkaException: ", "InjectedFault: "):
         if marker in text:
             return text.split(marker, 1)[1].splitlines()[0]
     return text.splitlines()[0] if text else repr(error)

@@ -11,6 +11,7 @@ import contextlib
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from replicator.acls import source_reader_group
 from replicator.config import ReplicatorConfig
 
 # Kafka 4 broker default for message.max.bytes is 1,048,588; librdkafka's client default is lower.
@@ -47,7 +48,7 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         "fetch.queue.backoff.ms": 20,
         **cfg.client_properties("source"),
         "bootstrap.servers": cfg.source_bootstrap_servers,
-        "group.id": f"{cfg.name}.source-reader",
+        "group.id": source_reader_group(cfg),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",

