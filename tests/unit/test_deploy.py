@@ -31,7 +31,7 @@ ENSURE_KUSTOMIZE = ROOT / "deploy" / "tools" / "ensure_kustomize.sh"
 KUSTOMIZE = ROOT / ".cache" / "bin" / "kustomize"
 VENV_BIN = Path(sys.executable).parent
 
-OVERLAYS = ("base", "overlays/single-pod", "overlays/spark-operator")
+OVERLAYS = ("base", "overlays/single-pod", "overlays/spark-operator", "overlays/tls-scram")
 METRICS_PORT = 9400
 TRANSACTION_TIMEOUT_S = 60
 CRD_KINDS = {"ServiceMonitor", "SparkApplication"}
@@ -434,8 +434,10 @@ def test_configmap_holds_a_parseable_config(overlay: str) -> None:
     assert isinstance(config["topics"], str) and re.compile(config["topics"])
     assert config["transaction_timeout_ms"] == TRANSACTION_TIMEOUT_S * 1000
     for section in ("source", "target"):
-        assert not any("password" in k or "secret" in k for k in config[section]), \
-            "credentials belong in the Secret, not in the ConfigMap"
+        for key, value in config[section].items():
+            if "password" in key or "secret" in key:
+                assert re.fullmatch(r"\$\{(file|env):[^}]+\}", str(value)), \
+                    "credentials belong in the Secret, not in the ConfigMap (reference them as ${file:...})"
 
 
 def test_configmap_config_loads_with_the_engine_and_secret_env(tmp_path: Path) -> None:
@@ -452,6 +454,34 @@ def test_configmap_config_loads_with_the_engine_and_secret_env(tmp_path: Path) -
     assert cfg.source["sasl.password"] == "from-secret"
     assert cfg.target["sasl.password"] == "from-secret"
     assert cfg.transaction_timeout_ms == TRANSACTION_TIMEOUT_S * 1000
+
+
+def test_tls_scram_overlay_reads_every_secret_from_the_mounted_secret(tmp_path: Path) -> None:
+    """Passwords and CAs are files of one Secret, mounted read-only; the config holds only
+    references to them, and the engine resolves those references (here against stand-in files)."""
+    overlay = "overlays/tls-scram"
+    pod = one(overlay, "Deployment")["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    secret_volumes = {v["name"]: v["secret"] for v in pod["volumes"] if "secret" in v}
+    assert list(secret_volumes.values()) == [{"secretName": "replicator-kafka", "defaultMode": 0o440}]
+    (mount,) = [m for m in container["volumeMounts"] if m["name"] in secret_volumes]
+    assert mount["readOnly"] is True
+    root = mount["mountPath"].rstrip("/") + "/"
+    config = config_from(overlay)
+    for section in ("source", "target"):
+        props = config[section]
+        assert props["security.protocol"] == "SASL_SSL" and props["sasl.mechanism"] == "SCRAM-SHA-512"
+        assert props["sasl.password"] == f"${{file:{root}{section}-sasl-password}}"
+        assert props["ssl.ca.location"] == f"{root}{section}-ca.crt"
+    # The engine's loader: references resolve only when a client is built, and never into dumps.
+    config_mod = pytest.importorskip("replicator.config")
+    text = one(overlay, "ConfigMap")["data"]["config.yaml"].replace(root, f"{tmp_path}/")
+    for section in ("source", "target"):
+        (tmp_path / f"{section}-sasl-password").write_text(f"{section}-pw\n")
+    (tmp_path / "config.yaml").write_text(text)
+    cfg = config_mod.load(config_file=tmp_path / "config.yaml", environ={})
+    assert cfg.client_properties("target")["sasl.password"] == "target-pw"
+    assert "target-pw" not in cfg.to_json() and "source-pw" not in json.dumps(cfg.redacted())
 
 
 # --- the image ----------------------------------------------------------------------------------
