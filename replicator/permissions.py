@@ -28,6 +28,9 @@ _OP_NAMES = {AclOperation.READ: "Read", AclOperation.WRITE: "Write", AclOperatio
              AclOperation.ALTER_CONFIGS: "AlterConfigs", AclOperation.DESCRIBE: "Describe"}
 
 
+_ALL = set(AclOperation)
+
+
 class PermissionDenied(RuntimeError):
     """A required ACL is missing (exit code 1); the message says which and for whom."""
 
@@ -58,9 +61,12 @@ def _topic_operations(admin: AdminClient, topics: Iterable[str]) -> dict[str, se
     out: dict[str, set | KafkaError] = {}
     for topic, fut in futures.items():
         try:
-            out[topic] = set(fut.result().authorized_operations or ())
+            ops = fut.result().authorized_operations
         except KafkaException as e:
             out[topic] = e.args[0]
+            continue
+        # None: the cluster did not say (no authorizer, or too old to answer): nothing to check.
+        out[topic] = _ALL if ops is None else set(ops)
     return out
 
 
@@ -168,7 +174,8 @@ def check_source_group(cfg: ReplicatorConfig, source: AdminClient) -> None:
 def check_group(cfg: ReplicatorConfig, target: AdminClient) -> None:
     """Read on the offsets group (commit into it, read it back)."""
     try:
-        ops = set(_describe_group(target, cfg.group).authorized_operations or ())
+        ops = _describe_group(target, cfg.group).authorized_operations
+        ops = _ALL if ops is None else set(ops)
     except KafkaException as e:
         if is_authorization_error(e.args[0]):
             raise denied(cfg, "target", "Read", f"Group '{cfg.group}'", "keep the copied offsets in it") from None
