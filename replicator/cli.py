@@ -18,6 +18,11 @@ class _LazyGroup(click.Group):
     lazy = {
         "acls": "replicator.acls_command:acls",
         "demo": "replicator.demo:demo",
+        "divergence": "replicator.groups.commands:divergence",
+        "failback": "replicator.groups.commands:failback",
+        "failover": "replicator.groups.commands:failover",
+        "groups": "replicator.groups.commands:groups",
+        "switchover": "replicator.groups.commands:switchover",
         "lag": "replicator.lag_command:lag",
         "topics": "replicator.topics_command:topics",
         "verify": "replicator.verify:verify",

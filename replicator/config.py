@@ -86,6 +86,12 @@ class ReplicatorConfig:
     provenance_header: bool = False
     # Exact source->target offset entries written in each copy transaction (consumer-group failover).
     translation_index: bool = True
+    # Consumer-group checkpointing and sync (needs the translation index).
+    group_sync_interval_seconds: float = 5.0
+    groups: str = ".*"
+    groups_exclude: tuple[str, ...] = ()  # on top of the internal groups, which are never synced
+    sync_group_offsets: bool = True
+    mm2_compatible_checkpoints: bool = False
     metrics_port: int = 9400
     metrics_host: str = "0.0.0.0"
     readiness_window_seconds: float = 60.0
@@ -121,7 +127,7 @@ class ReplicatorConfig:
     @classmethod
     def from_json(cls, text: str) -> ReplicatorConfig:
         raw = json.loads(text)
-        for key in ("topics_exclude", "config_sync_exclude"):
+        for key in ("topics_exclude", "config_sync_exclude", "groups_exclude"):
             raw[key] = tuple(raw[key])
         return cls(**raw)
 
@@ -325,6 +331,11 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "config_sync_exclude": _regex_list,
     "provenance_header": _boolean,
     "translation_index": _boolean,
+    "group_sync_interval_seconds": _positive_float,
+    "groups": _include_regex,
+    "groups_exclude": _regex_list,
+    "sync_group_offsets": _boolean,
+    "mm2_compatible_checkpoints": _boolean,
     "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
     "metrics_host": _host,
     "readiness_window_seconds": _positive_float,

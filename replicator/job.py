@@ -21,6 +21,7 @@ from pyspark.errors import StreamingQueryException
 
 from replicator import kafka_clients, permissions, topic_sync
 from replicator.config import ReplicatorConfig
+from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.lag import partition_lags
 from replicator.offsets import keep_alive, read_group
@@ -71,6 +72,11 @@ def preflight(cfg: ReplicatorConfig) -> tuple[ReplicatorConfig, list[topic_sync.
             admin.poll(0)  # serves the error callback
             cause = f" ({errors[-1]})" if errors else ""
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
+    if promotion.promoted(target, cfg.name):
+        raise RuntimeFailure(
+            f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
+            f"replicating into it again in this direction would split the brain. Fail back with a reverse "
+            f"job (see README, Disaster recovery), or delete that topic to resume this direction deliberately.")
     try:
         selected = topic_sync.discover(cfg, source)
         permissions.check_source(cfg, source, selected)
@@ -264,6 +270,9 @@ class Replicator:
             except StreamingQueryException:
                 break  # reported below from query.exception(), as a one-line cause
             if time.monotonic() >= next_progress:
+                if self._promoted(target):
+                    self._stop_query()
+                    break
                 try:
                     selected, skipped = topic_sync.selection(self.cfg, source)
                     self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
@@ -288,6 +297,17 @@ class Replicator:
         error = self.query.exception()
         if error is not None and not self.stop_requested.is_set():
             raise RuntimeFailure(f"the streaming query failed: {_root_cause(error)}")
+
+    def _promoted(self, target) -> bool:
+        try:
+            if not promotion.promoted(target, self.cfg.name):
+                return False
+        except KafkaException:
+            return False
+        log.error("the target was promoted (switchover/failover): stopping, this direction must not copy again",
+                  extra={"event": "promoted"})
+        self.stop_requested.set()
+        return True
 
     def _keep_idle_offsets_alive(self) -> None:
         now, every = time.monotonic(), self.cfg.offsets_refresh_interval_seconds
@@ -357,7 +377,12 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
         log.error("%s", e)
         return 1
     server.start()
-    job = Replicator(cfg, [metrics, *(observers or [])])
+    extra = list(observers or [])
+    if cfg.translation_index and cfg.exactly_once:
+        from replicator.groups.sync import GroupSyncObserver
+
+        extra.append(GroupSyncObserver(cfg, metrics.metrics))
+    job = Replicator(cfg, [metrics, *extra])
     signal.signal(signal.SIGTERM, job.request_stop)
     signal.signal(signal.SIGINT, job.request_stop)
     if stop is not None and stop.is_set():

@@ -97,8 +97,35 @@ class ReplicatorMetrics:
         self.last_progress = Gauge("replicator_last_batch_timestamp_seconds",
                                    "Unix time the last micro-batch committed.", registry=r)
         self.ready = Gauge("replicator_ready", "1 when /readyz answers 200.", registry=r)
+        # Consumer-group checkpointing and sync (replicator.groups.sync); labelled by source group.
+        self.group_checkpoint = Gauge(
+            "replicator_group_checkpoint_timestamp_seconds", "Unix time the group's committed source offsets "
+            "were last read, translated and checkpointed.", ("group",), registry=r)
+        self.group_ahead = Gauge(
+            "replicator_group_sync_lag_offsets", "Source offsets the group has consumed that are not "
+            "replicated yet (its data loss if the source were lost now).", ("group",), registry=r)
+        self.groups_state = Gauge("replicator_groups", "Selected source groups by sync state (synced, "
+                                  "taken-over, active-on-target, checkpointed, untranslatable).", ("state",),
+                                  registry=r)
+        self.translation_failures = Counter(
+            "replicator_group_translation_failures_total", "Group positions that could not be translated "
+            "exactly (never guessed; see `replicator groups`).", registry=r)
         self.build = Info("replicator_build", "Version of the replicator and its runtime.", registry=r)
         self.build.info({"version": __version__, "python": platform.python_version()})
+
+    def on_groups(self, statuses: list) -> None:
+        """One sync round's `GroupStatus` list."""
+        with self.lock:
+            states: dict[str, int] = dict.fromkeys(("synced", "taken-over", "active-on-target", "checkpointed",
+                                                    "untranslatable"), 0)
+            now = time.time()
+            for st in statuses:
+                states[st.state] = states.get(st.state, 0) + 1
+                if st.partitions:
+                    self.group_checkpoint.labels(st.group).set(now)
+                    self.group_ahead.labels(st.group).set(st.ahead)
+            for state, n in states.items():
+                self.groups_state.labels(state).set(n)
 
     def exposition(self) -> bytes:
         """The Prometheus text format of every metric, consistent across one batch."""

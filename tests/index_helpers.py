@@ -60,3 +60,35 @@ def assert_index_exact(source_bs: str, target_bs: str, job_name: str, source_top
             assert t in by_target, f"{source_topic}[{p}] offset {x} maps to {t}, not a record on the target"
             assert record_view(by_target[t]) == record_view(m), f"{source_topic}[{p}] offset {x} -> {t}"
     return total
+
+
+def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, int], metadata: str = "") -> None:
+    """Commits a group's offsets as a stopped application would have (member-less)."""
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        c.commit(offsets=[TopicPartition(topic, p, o, metadata=metadata) if metadata else TopicPartition(topic, p, o)
+                          for p, o in offsets.items()], asynchronous=False)
+    finally:
+        c.close()
+
+
+def committed_offsets(bootstrap: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
+    try:
+        res = c.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        c.close()
+    return {tp.partition: tp.offset for tp in res if tp.offset >= 0}
+
+
+def next_record_view(bootstrap: str, topic: str, partition: int, offset: int):
+    """What a read_committed consumer positioned at `offset` reads next (None at the end)."""
+    from replicator.groups.translate import read_records
+
+    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-next", "enable.auto.commit": False,
+                  "isolation.level": "read_committed", "enable.partition.eof": True})
+    try:
+        got = read_records(c, topic, partition, offset, limit=1)
+        return record_view(got[0]) if got else None
+    finally:
+        c.close()

@@ -16,7 +16,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from replicator.offsets import read_group
-from tests.index_helpers import assert_index_exact
+from tests.index_helpers import assert_index_exact, commit_offsets, committed_offsets, next_record_view
 from tests.kafka_helpers import (
     assert_identical,
     create_topic,
@@ -73,8 +73,19 @@ def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
     # Idle partitions get their unchanged offsets re-committed (so the group never expires them):
     # a short interval makes that happen during the test, after the catch-up.
     env = {"REPLICATOR_OFFSETS_REFRESH_INTERVAL_SECONDS": "8"}
+    # An application's group on the source: the running job syncs it to the target, exactly.
+    app = f"fid-{unique}-app"
+    commit_offsets(sandbox.source.bootstrap, app, topic, {0: 2_500, 1: 9_000}, metadata="app")
+
+    def app_synced() -> bool:
+        at = committed_offsets(sandbox.target.bootstrap, app, topic, PARTITIONS)
+        return len(at) == 2 and all(
+            next_record_view(sandbox.target.bootstrap, topic, p, at[p]) ==
+            next_record_view(sandbox.source.bootstrap, topic, p, x) for p, x in ((0, 2_500), (1, 9_000)))
+
     with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2", env=env) as job:
         wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up", job)
+        wait_until(app_synced, 120, "the group sync of the running job", job, interval=3)
         wait_until(lambda: "re-committed the offsets of 4 idle partitions" in job.log(), 120,
                    "the idle offsets refresh", job)
         assert job.sigterm() == 0

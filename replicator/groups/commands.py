@@ -1,0 +1,299 @@
+"""The disaster-recovery commands: `groups`, `switchover`, `failover`, `failback`, `divergence`.
+
+Exit codes (every command): 0 done and every selected group exact; 1 runtime failure (a cluster
+unreachable, a write refused); 2 invalid configuration; 3 done, but some group could not be synced
+or translated exactly (taken over, active on the target, untranslatable: listed in the output), or
+`divergence` found records to decide about; 4 `switchover` timed out waiting for catch-up.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import sys
+import time
+
+import click
+from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import OffsetSpec
+
+from replicator.cli import _load_config, connection_options
+
+OK, FAILURE, PARTIAL, TIMEOUT = 0, 1, 3, 4
+_GOOD = ("synced", "would-sync")
+_format = click.option("--format", "fmt", type=click.Choice(["table", "json"]), default="table", show_default=True)
+
+
+def _emit(fmt: str, doc: dict, lines: list[str]) -> None:
+    if fmt == "json":
+        click.echo(json.dumps(doc, indent=2, default=str))
+    else:
+        for line in lines:
+            click.echo(line)
+
+
+def _table(statuses) -> list[str]:
+    rows = [f"{'GROUP':24} {'TOPIC':20} {'P':>3} {'SOURCE':>10} {'TARGET':>10} {'EXACT':5} {'NOT-REPL':>8} "
+            f"{'AGE-S':>7} STATE"]
+    for st in statuses:
+        if not st.partitions:
+            rows.append(f"{st.group:24} {'-':20} {'':>3} {'':>10} {'':>10} {'':5} {'':>8} {'':>7} {st.state} "
+                        f"{st.reason}")
+        for p in st.partitions:
+            t = "-" if p.target_offset is None else str(p.target_offset)
+            rows.append(f"{st.group:24} {p.topic:20} {p.partition:>3} {p.source_offset:>10} {t:>10} "
+                        f"{'yes' if p.exact else 'no':5} {p.ahead:>8} {p.checkpoint_age_seconds:>7.1f} {st.state}"
+                        + (f"  ({p.reason})" if p.reason else ""))
+        if st.reason and st.partitions:
+            rows.append(f"  {st.group}: {st.reason}")
+    return rows
+
+
+def _source_reachable(cfg) -> bool:
+    from replicator import kafka_clients
+
+    try:
+        kafka_clients.source_admin(cfg).list_topics(timeout=10)
+        return True
+    except KafkaException:
+        return False
+
+
+def _code(statuses) -> int:
+    bad = [s for s in statuses if s.state not in _GOOD or any(p.target_offset is None for p in s.partitions)]
+    return PARTIAL if bad else OK
+
+
+def _fail(message: str) -> None:
+    click.echo(f"error: {message}", err=True)
+    sys.exit(FAILURE)
+
+
+@click.command()
+@connection_options
+@_format
+def groups(config_file: str | None, fmt: str, **flags) -> None:
+    """Per group and partition: source offset, exact target offset, data not yet replicated,
+    checkpoint age, synced / taken over. Read-only; works with the source down (from checkpoints)."""
+    from replicator.groups.sync import GroupSync
+
+    cfg = _load_config(config_file, flags)
+    try:
+        live = _source_reachable(cfg)
+        sync = GroupSync(cfg, dry_run=True, source_reachable=live)
+        statuses = sync.run_once() if live else sync.from_checkpoints(sync=False)
+    except (KafkaException, RuntimeError) as e:
+        _fail(str(e))
+    doc = {"source_reachable": live, "groups": [s.to_dict() for s in statuses]}
+    _emit(fmt, doc, [f"source {'reachable: live translation' if live else 'unreachable: from checkpoints'}",
+                     *_table(statuses)])
+    sys.exit(_code(statuses))
+
+
+def _fence_and_mark(cfg, kind: str):
+    from replicator import kafka_clients, topic_sync
+    from replicator.groups import promotion
+    from replicator.job import fence_previous_layouts
+
+    target = kafka_clients.target_admin(cfg)
+    fenced = fence_previous_layouts(cfg)
+    mappings = _mappings_from_group(cfg, target) if kind == "failover" else None
+    if mappings is None:
+        mappings = topic_sync.mappings_for(cfg, topic_sync.discover(cfg, kafka_clients.source_admin(cfg)))
+    reader = kafka_clients.group_reader(cfg)
+    try:
+        marker = promotion.Marker(kind, time.time(), promotion.cut(cfg, target, reader, mappings))
+    finally:
+        reader.close()
+    promotion.write_marker(cfg, target, marker)
+    return fenced, marker
+
+
+def _mappings_from_group(cfg, target):
+    """The replicated partitions as the fake group on the target knows them (the source is gone)."""
+    from replicator import kafka_clients
+    from replicator.offsets import read_group
+    from replicator.topic_sync import TopicMapping
+
+    reader = kafka_clients.group_reader(cfg)
+    try:
+        group = read_group(reader)
+    finally:
+        reader.close()
+    parts: dict[tuple[str, str], int] = {}
+    for (target_topic, p), c in group.items():
+        source_topic = c.metadata.source_topic if c.metadata else target_topic
+        parts[(source_topic, target_topic)] = max(parts.get((source_topic, target_topic), 0), p + 1)
+    return [TopicMapping(s, t, n) for (s, t), n in sorted(parts.items())]
+
+
+@click.command()
+@connection_options
+@_format
+@click.option("--dry-run", is_flag=True, help="Show what would be done; write nothing, fence nothing.")
+def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
+    """The source is gone: fence every shard, write the promotion marker (`run` then refuses this
+    direction), commit the last checkpoints into the target groups, and report each group's RPO:
+    offsets it had consumed that were never replicated, and the age of its last checkpoint."""
+    from replicator.groups.sync import GroupSync
+
+    cfg = _load_config(config_file, flags)
+    try:
+        fenced, marker = (0, None) if dry_run else _fence_and_mark(cfg, "failover")
+        sync = GroupSync(cfg, dry_run=dry_run, source_reachable=False)
+        statuses = sync.from_checkpoints(sync=cfg.sync_group_offsets)
+        sync.store.close()
+        sync.translator.close()
+    except (KafkaException, RuntimeError) as e:
+        _fail(str(e))
+    doc = {"dry_run": dry_run, "fenced_shards": fenced, "marker": json.loads(marker.to_json()) if marker else None,
+           "groups": [{**s.to_dict(), "rpo_offsets": s.ahead,
+                       "checkpoint_age_seconds": max((p.checkpoint_age_seconds for p in s.partitions), default=None)}
+                      for s in statuses]}
+    head = ["dry run: nothing written" if dry_run else
+            f"failed over: {fenced} shard ids fenced, marker written; `run` now refuses this direction"]
+    rpo = [f"  {s.group}: {s.ahead} consumed source offsets not replicated (RPO), last checkpoint "
+           f"{max((p.checkpoint_age_seconds for p in s.partitions), default=0):.0f}s before" for s in statuses]
+    _emit(fmt, doc, [*head, *_table(statuses), *rpo])
+    sys.exit(_code(statuses))
+
+
+@click.command()
+@connection_options
+@_format
+@click.option("--timeout", type=float, default=300.0, show_default=True,
+              help="Seconds to wait for replication and groups to catch up.")
+def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> None:
+    """Planned migration, source up and its producers stopped: wait until replication and every
+    selected group are caught up, final checkpoint and sync, fence every shard, write the promotion
+    marker; reports zero loss (every source record below the source's end is on the target)."""
+    from replicator import kafka_clients, topic_sync
+    from replicator.groups.sync import GroupSync
+    from replicator.lag import partition_lags
+
+    cfg = _load_config(config_file, flags)
+    try:
+        source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
+        sync = GroupSync(cfg)
+        deadline, statuses, lags, stable = time.monotonic() + timeout, [], [], 0
+        while True:
+            mappings = topic_sync.mappings_for(cfg, topic_sync.discover(cfg, source))
+            lags = partition_lags(cfg, source, target, mappings)
+            statuses = sync.run_once()
+            caught_up = all(x.records == 0 for x in lags) and all(s.ahead == 0 for s in statuses)
+            stable = stable + 1 if caught_up else 0
+            if stable >= 2:  # twice in a row: the producers have stopped
+                break
+            if time.monotonic() > deadline:
+                behind = sum(x.records for x in lags)
+                click.echo(f"error: not caught up after {timeout:.0f}s: {behind} offsets still to copy, "
+                           f"{sum(s.ahead for s in statuses)} group offsets ahead; are the producers stopped "
+                           f"and is `replicator run` running?", err=True)
+                sys.exit(TIMEOUT)
+            time.sleep(min(2.0, cfg.group_sync_interval_seconds))
+        fenced, marker = _fence_and_mark(cfg, "switchover")
+        sync.stop()
+        lost = [c for c in marker.cut if c.source_next >= 0 and c.source_next != next(
+            x.source_end for x in lags if x.source_topic == c.source_topic and x.partition == c.partition)]
+    except (KafkaException, RuntimeError) as e:
+        _fail(str(e))
+    doc = {"fenced_shards": fenced, "marker": json.loads(marker.to_json()), "lost_partitions": len(lost),
+           "groups": [s.to_dict() for s in statuses]}
+    _emit(fmt, doc, [f"switched over: {fenced} shard ids fenced, marker written, "
+                     f"{'zero loss' if not lost else f'{len(lost)} partitions not at the source end'}",
+                     *_table(statuses)])
+    sys.exit(FAILURE if lost else _code(statuses))
+
+
+@click.command()
+@connection_options
+@_format
+@click.option("--forward-name", required=True, help="Name of the job that replicated old source -> new primary.")
+def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> None:
+    """Prepares the reverse job (this config: source = the new primary, target = the old source):
+    its offsets start exactly at the failover cut, so `run` with this config copies only what was
+    produced on the new primary after it. Run `replicator divergence` first: records the old source
+    holds beyond the cut were never replicated and stay where they are."""
+    from replicator import kafka_clients
+    from replicator.groups import promotion
+    from replicator.groups.sync import commit_group
+    from replicator.offsets import CommitMetadata, read_group
+
+    cfg = _load_config(config_file, flags)
+    if cfg.replication_policy != "identity":
+        _fail("failback needs replication_policy=identity (the reverse job writes back to the same topic names)")
+    forward = dataclasses.replace(cfg, name=forward_name, offsets_group="",
+                                  target_bootstrap_servers=cfg.source_bootstrap_servers,
+                                  source_bootstrap_servers=cfg.target_bootstrap_servers)
+    try:
+        marker = promotion.read_marker(forward)
+        if marker is None:
+            _fail(f"no promotion marker of job {forward_name!r} on {cfg.source_bootstrap_servers}: "
+                  f"nothing to fail back")
+        reader = kafka_clients.group_reader(cfg)
+        try:
+            existing = read_group(reader)
+        finally:
+            reader.close()
+        cluster = kafka_clients.source_admin(cfg).list_topics(timeout=30).cluster_id or "unknown"
+        offsets = {}
+        for c in marker.cut:
+            # The reverse job reads the forward job's target topics and writes back to their sources.
+            reverse_target = c.source_topic
+            meta = CommitMetadata(cluster, c.target_topic, cfg.shard_count, 0).encode()
+            offsets[(reverse_target, c.partition)] = (c.target_end, meta)
+        if existing:
+            _fail(f"the reverse job's offsets group {cfg.group!r} already holds offsets: failback was prepared")
+        refused = commit_group(dict(cfg.target), cfg.target_bootstrap_servers, cfg.group, offsets)
+        if refused:
+            _fail(f"could not set the reverse job's start: {refused}")
+    except (KafkaException, RuntimeError) as e:
+        _fail(str(e))
+    doc = {"reverse_group": cfg.group, "start": [{"topic": t, "partition": p, "offset": o}
+                                                  for (t, p), (o, _) in sorted(offsets.items())]}
+    _emit(fmt, doc, [f"reverse job {cfg.name!r} starts at the failover cut of {forward_name!r} "
+                     f"({len(offsets)} partitions); start it with `replicator run` and this configuration"])
+    sys.exit(OK)
+
+
+@click.command()
+@connection_options
+@_format
+def divergence(config_file: str | None, fmt: str, **flags) -> None:
+    """What the old source holds that was never replicated before the promotion: per partition, the
+    offsets from the cut to the source's end and the committed records among them. Kafka cannot
+    truncate a log's tail: the operator decides (re-publish, ignore, recreate); nothing is deleted."""
+    from replicator.groups import promotion
+    from replicator.groups.translate import _reader, read_records
+
+    cfg = _load_config(config_file, flags)
+    try:
+        marker = promotion.read_marker(cfg)
+        if marker is None:
+            _fail(f"no promotion marker of job {cfg.name!r} on the target: nothing has diverged")
+        from replicator import kafka_clients
+
+        source = kafka_clients.source_admin(cfg)
+        cut = [c for c in marker.cut if c.source_next >= 0]
+        req = {TopicPartition(c.source_topic, c.partition): OffsetSpec.latest() for c in cut}
+        ends = {(tp.topic, tp.partition): f.result().offset
+                for tp, f in source.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED).items()}
+        consumer = _reader(dict(cfg.source), cfg.source_bootstrap_servers, cfg.name)
+        rows = []
+        for c in cut:
+            end = ends[(c.source_topic, c.partition)]
+            records = len(read_records(consumer, c.source_topic, c.partition, c.source_next, end)) \
+                if end > c.source_next else 0
+            rows.append({"topic": c.source_topic, "partition": c.partition, "from": c.source_next, "to": end,
+                         "records": records})
+        consumer.close()
+    except (KafkaException, RuntimeError) as e:
+        _fail(str(e))
+    diverged = [r for r in rows if r["records"]]
+    doc = {"promoted": marker.kind, "at": marker.at, "partitions": rows, "diverged_records": sum(
+        r["records"] for r in rows)}
+    _emit(fmt, doc, [f"{marker.kind} at {time.strftime('%Y-%m-%d %H:%M:%S', time.gmtime(marker.at))} UTC: "
+                     f"{doc['diverged_records']} records on the old source were never replicated", *[
+                         f"  {r['topic']}[{r['partition']}] offsets {r['from']}..{r['to'] - 1}: {r['records']} records"
+                         for r in diverged]])
+    sys.exit(PARTIAL if diverged else OK)

@@ -1,0 +1,325 @@
+"""Group checkpointing and sync (MirrorMaker 2's checkpoint connector, exact).
+
+Every `group_sync_interval_seconds`: the committed offsets of the selected source groups are read,
+translated exactly (`translate.Translator`), checkpointed on the target (`checkpoints`), and, with
+`sync_group_offsets`, committed into the same-named target groups under these rules:
+- only through the admin API's offset commit, which the group coordinator refuses while the group
+  has members (a transactional commit would be accepted on an active group);
+- only while every partition of the target group holds nothing or exactly what we wrote last;
+  anything else means a consumer ran on the target: the group is marked taken over (persisted),
+  logged, counted, and never written again;
+- T comes from committed index entries, so it never points past committed target data; a source
+  group reset backwards is followed (translation is exact, no forward-only rule); no leader epoch
+  is sent (target epochs are unrelated to the source's); the group's metadata string is kept.
+"""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+import time
+from dataclasses import dataclass, field
+
+from confluent_kafka import Consumer, KafkaException, TopicPartition
+
+from replicator import kafka_clients, topic_sync
+from replicator.config import ReplicatorConfig
+from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState, ensure_topics
+from replicator.groups.translate import Translation, Translator
+from replicator.offsets import read_committed
+from replicator.replication_policy import policy_for
+
+log = logging.getLogger(__name__)
+# Never checkpointed or synced: broker, Connect and tooling internals, MirrorMaker 2's, and every
+# replicator's own groups (fake groups `__replicator.*`, `<name>.source-reader`, `<name>.translator`).
+INTERNAL_GROUPS = (r"__.*", r"console-consumer-.*", r"connect-.*", r"mm2-.*", r".*\.source-reader",
+                   r".*\.translator")
+NO_OFFSET = -1001
+
+
+class GroupFilter:
+    def __init__(self, include: str, exclude: tuple[str, ...] = ()) -> None:
+        self._include = re.compile(include)
+        self._exclude = [re.compile(p) for p in (*INTERNAL_GROUPS, *exclude)]
+
+    def accepts(self, group: str) -> bool:
+        return self._include.fullmatch(group) is not None and not any(p.fullmatch(group) for p in self._exclude)
+
+
+@dataclass
+class PartitionStatus:
+    topic: str
+    partition: int
+    target_topic: str
+    source_offset: int
+    target_offset: int | None
+    exact: bool
+    ahead: int
+    method: str
+    reason: str = ""
+    target_committed: int | None = None
+    checkpoint_age_seconds: float = 0.0
+
+
+@dataclass
+class GroupStatus:
+    group: str
+    state: str  # synced | taken-over | active-on-target | checkpointed | untranslatable
+    partitions: list[PartitionStatus] = field(default_factory=list)
+    reason: str = ""
+
+    @property
+    def ahead(self) -> int:
+        return sum(p.ahead for p in self.partitions)
+
+    def to_dict(self) -> dict:
+        return {"group": self.group, "state": self.state, "reason": self.reason, "ahead": self.ahead,
+                "partitions": [p.__dict__ for p in self.partitions]}
+
+
+# Group offsets are read and written through a member-less Consumer of the group, never through the
+# AdminClient's group calls: in librdkafka 2.16 ListConsumerGroupOffsets dereferences a missing group
+# handle on NOT_COORDINATOR or an unknown group (librdkafka #5040, confluent-kafka-python #1982) and
+# coordinator admin requests can abort on a dropped connection (librdkafka #5397): either kills the
+# job's driver. The commit is the same non-transactional OffsetCommit (generation -1, no member id)
+# the admin API sends, which the coordinator refuses while the group has members.
+def _group_client(props: dict, bootstrap: str, group: str) -> Consumer:
+    return Consumer({**props, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
+                     "isolation.level": "read_committed"})
+
+
+def group_offsets(props: dict, bootstrap: str, group: str, tps: list[tuple[str, int]]
+                  ) -> dict[tuple[str, int], tuple[int, str]]:
+    """(topic, partition) -> (committed offset, metadata) of `group`, stable offsets only."""
+    if not tps:
+        return {}
+    client = _group_client(props, bootstrap, group)
+    try:
+        result = client.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
+    finally:
+        client.close()
+    return {(tp.topic, tp.partition): (tp.offset, tp.metadata or "") for tp in result
+            if tp.error is None and tp.offset >= 0}
+
+
+def commit_group(props: dict, bootstrap: str, group: str, offsets: dict[tuple[str, int], tuple[int, str]]
+                 ) -> str | None:
+    """Commits as the admin API does (refused while the group has members). None when accepted,
+    else why not."""
+    client = _group_client(props, bootstrap, group)
+    tps = [TopicPartition(t, p, o, metadata=m) if m else TopicPartition(t, p, o)
+           for (t, p), (o, m) in sorted(offsets.items())]
+    try:
+        result = client.commit(offsets=tps, asynchronous=False)
+    except KafkaException as e:
+        return e.args[0].str()
+    finally:
+        client.close()
+    errors = [f"{tp.topic}[{tp.partition}]: {tp.error.str()}" for tp in result or [] if tp.error]
+    return "; ".join(errors) or None
+
+
+class GroupSync:
+    """One sync round at a time (`run_once`), or a background thread (`start`/`stop`)."""
+
+    def __init__(self, cfg: ReplicatorConfig, metrics=None, dry_run: bool = False,
+                 source_reachable: bool = True) -> None:
+        self.cfg = cfg
+        self.metrics = metrics
+        self.dry_run = dry_run  # nothing written: not the checkpoints, not the target groups
+        self.filter = GroupFilter(cfg.groups, cfg.groups_exclude)
+        self.policy = policy_for(cfg)
+        self.source = kafka_clients.source_admin(cfg) if source_reachable else None
+        self.target = kafka_clients.target_admin(cfg)
+        if not dry_run:
+            ensure_topics(cfg, self.target)
+        self.store = CheckpointStore(cfg, read_only=dry_run).load()
+        self.translator = Translator(cfg, source_reachable)
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.last: list[GroupStatus] = []
+
+    # -- one round ----------------------------------------------------------------------------------
+    def run_once(self) -> list[GroupStatus]:
+        selected, _ = topic_sync.selection(self.cfg, self.source)
+        groups = sorted(g.group_id for g in self.source.list_consumer_groups(request_timeout=30).result().valid
+                        if self.filter.accepts(g.group_id) and g.group_id != self.cfg.group)
+        positions: dict[tuple[str, int], int | None] = {}  # per source partition: N, read once a round
+        out = []
+        for group in groups:
+            try:
+                status = self._sync_group(group, selected, positions)
+                if status.partitions:  # groups that consume none of the replicated topics are not listed
+                    out.append(status)
+            except (KafkaException, RuntimeError) as e:
+                err = e.args[0].str() if isinstance(e, KafkaException) else str(e)
+                log.warning("group %s: sync round failed (retried next round): %s", group, err,
+                            extra={"event": "group_sync_failed", "group": group})
+        self.store.flush()
+        self.last = out
+        if self.metrics is not None:
+            self.metrics.on_groups(out)
+        return out
+
+    def _sync_group(self, group: str, selected: dict[str, int], positions: dict) -> GroupStatus:
+        source_tps = [(t, p) for t, n in sorted(selected.items()) for p in range(n)]
+        committed = group_offsets(dict(self.cfg.source), self.cfg.source_bootstrap_servers, group, source_tps)
+        status = GroupStatus(group, "checkpointed")
+        if not committed:
+            status.reason = "no committed offset on a replicated topic"
+            return status
+        now = time.time()
+        for (topic, p), (x, meta) in sorted(committed.items()):
+            target_topic = self.policy.target_topic(topic)
+            if (topic, p) not in positions:
+                c = read_committed(self.translator.group, [(target_topic, p)]).get((target_topic, p))
+                positions[(topic, p)] = c.offset if c is not None and c.offset >= 0 else None
+            tr: Translation = self.translator.translate(topic, p, x, positions[(topic, p)])
+            if tr.target_offset is None and self.metrics is not None:
+                self.metrics.translation_failures.inc()
+            prev = self.store.checkpoints.get((group, topic, p))
+            cp = Checkpoint(x, tr.target_offset, tr.exact, tr.ahead, tr.method, meta,
+                            prev.w if prev else -1, prev.p if prev else -1, now)
+            if prev is None or (prev.x, prev.t, prev.ahead, prev.meta) != (cp.x, cp.t, cp.ahead, cp.meta):
+                self.store.put(group, topic, p, cp, target_topic)
+            else:
+                prev.at = now  # unchanged: the record stays, its age in memory is refreshed
+            status.partitions.append(PartitionStatus(topic, p, target_topic, x, tr.target_offset, tr.exact,
+                                                     tr.ahead, tr.method, tr.reason))
+        if not self.cfg.sync_group_offsets:
+            return status
+        return self._write_target(group, status)
+
+    def _write_target(self, group: str, status: GroupStatus) -> GroupStatus:
+        state = self.store.groups.get(group)
+        if state is not None and state.taken_over:
+            status.state, status.reason = "taken-over", state.reason
+            return status
+        target_tps = [(s.target_topic, s.partition) for s in status.partitions]
+        current = group_offsets(dict(self.cfg.target), self.cfg.target_bootstrap_servers, group, target_tps)
+        for s in status.partitions:
+            s.target_committed = current[(s.target_topic, s.partition)][0] if (s.target_topic, s.partition) \
+                in current else None
+        # Ownership: every partition holds nothing or a value we wrote; otherwise a consumer ran here.
+        for s in status.partitions:
+            cp = self.store.checkpoints[(group, s.topic, s.partition)]
+            if s.target_committed is not None and s.target_committed not in cp.owned():
+                reason = (f"{s.target_topic}[{s.partition}] is at {s.target_committed} on the target, not a value "
+                          f"the replicator wrote ({sorted(cp.owned()) or 'none'}): a consumer used the group there")
+                self.store.put_group(group, GroupState(True, time.time(), reason))
+                self.store.flush()
+                log.warning("group %s taken over on the target, no longer synced: %s", group, reason,
+                            extra={"event": "group_taken_over", "group": group})
+                status.state, status.reason = "taken-over", reason
+                return status
+        if self.dry_run:
+            pending = [s for s in status.partitions if s.target_offset is not None
+                       and s.target_offset != s.target_committed]
+            status.state = "would-sync" if pending else "synced"
+            return status
+        wanted = {(s.target_topic, s.partition): (s.target_offset, self.store.checkpoints[
+            (group, s.topic, s.partition)].meta) for s in status.partitions
+            if s.target_offset is not None and s.target_offset != s.target_committed}
+        if not wanted:
+            status.state = "synced" if all(s.target_offset is not None for s in status.partitions) \
+                else "untranslatable"
+            return status
+        by_target = {(s.target_topic, s.partition): s for s in status.partitions}
+        # Recorded before the write: if we die between the two, the value we may have written is ours.
+        for tp, (t, _) in wanted.items():
+            s = by_target[tp]
+            cp = self.store.checkpoints[(group, s.topic, s.partition)]
+            cp.p = t
+            self.store.put(group, s.topic, s.partition, cp, s.target_topic)
+        self.store.flush()
+        refused = commit_group(dict(self.cfg.target), self.cfg.target_bootstrap_servers, group, wanted)
+        for tp, (t, _) in wanted.items():
+            s = by_target[tp]
+            cp = self.store.checkpoints[(group, s.topic, s.partition)]
+            if refused is None:
+                cp.w, s.target_committed = t, t
+            cp.p = -1
+            self.store.put(group, s.topic, s.partition, cp, s.target_topic)
+        self.store.flush()
+        if refused is not None:
+            log.info("group %s not written on the target (it has members there): %s", group, refused,
+                     extra={"event": "group_active_on_target", "group": group})
+            status.state, status.reason = "active-on-target", refused
+            return status
+        status.state = "synced" if all(s.target_offset is not None for s in status.partitions) else "untranslatable"
+        return status
+
+    # -- from the checkpoints alone (the source is gone) ------------------------------------------------
+    def from_checkpoints(self, sync: bool) -> list[GroupStatus]:
+        """Every checkpointed group, its positions translated again with what is replicated now
+        (target only: a checkpoint ahead of the replica may have been caught up since), and, with
+        `sync`, written into the target groups under the same rules as the running sync."""
+        by_group: dict[str, list] = {}
+        for (group, topic, p), cp in sorted(self.store.checkpoints.items()):
+            if self.filter.accepts(group):
+                by_group.setdefault(group, []).append((topic, p, cp))
+        now, out = time.time(), []
+        for group, parts in sorted(by_group.items()):
+            status = GroupStatus(group, "checkpointed")
+            for topic, p, cp in parts:
+                tr = self.translator.translate(topic, p, cp.x)
+                status.partitions.append(PartitionStatus(topic, p, tr.target_topic, cp.x, tr.target_offset, tr.exact,
+                                                         tr.ahead, tr.method, tr.reason,
+                                                         checkpoint_age_seconds=round(now - cp.at, 1)))
+                if tr.target_offset is not None and tr.target_offset != cp.t:
+                    cp.t = tr.target_offset
+            if sync:
+                status = self._write_target(group, status)
+            else:
+                state = self.store.groups.get(group)
+                if state is not None and state.taken_over:
+                    status.state, status.reason = "taken-over", state.reason
+            out.append(status)
+        self.store.flush()
+        return out
+
+    # -- background ---------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._loop, name="group-sync", daemon=True)
+        self._thread.start()
+
+    def _loop(self) -> None:
+        while not self._stop.is_set():
+            try:
+                groups = self.run_once()
+                log.debug("group sync: %d groups", len(groups))
+            except (KafkaException, RuntimeError) as e:
+                log.warning("group sync round failed (retried next round): %s", e)
+            self._stop.wait(self.cfg.group_sync_interval_seconds)
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(60)
+        self.store.close()
+        self.translator.close()
+
+
+class GroupSyncObserver:
+    """Runs the group sync next to the streaming query (a `JobObserver`)."""
+
+    def __init__(self, cfg: ReplicatorConfig, metrics=None) -> None:
+        self.cfg, self.metrics, self.sync = cfg, metrics, None
+
+    def on_start(self, job) -> None:
+        try:
+            self.sync = GroupSync(self.cfg, self.metrics)
+            self.sync.start()
+        except (KafkaException, RuntimeError) as e:
+            log.error("group sync not started: %s", e, extra={"event": "group_sync_failed"})
+
+    def on_batch(self, stats: dict) -> None:
+        pass
+
+    def on_lag(self, lags: list) -> None:
+        pass
+
+    def on_stop(self) -> None:
+        if self.sync is not None:
+            self.sync.stop()

@@ -1,0 +1,71 @@
+"""Group selection, checkpoint formats and group metrics (no broker needed)."""
+
+from __future__ import annotations
+
+import struct
+
+import pytest
+
+from replicator.config import ConfigError, load
+from replicator.groups.checkpoints import Checkpoint, mm2_key, mm2_value, parse_mm2
+from replicator.groups.sync import GroupFilter, GroupStatus, PartitionStatus
+from replicator.metrics import ReplicatorMetrics
+
+BASE = {"source_bootstrap_servers": "127.0.0.1:19092", "target_bootstrap_servers": "127.0.0.1:29092",
+        "topics": "orders.*"}
+
+
+@pytest.mark.parametrize("group, accepted", [
+    ("billing", True), ("orders-app", True),
+    ("__replicator.job", False), ("__consumer_offsets", False), ("console-consumer-123", False),
+    ("connect-sink", False), ("mm2-offsets", False), ("job.source-reader", False), ("job.translator", False),
+    ("excluded-app", False),
+])
+def test_group_filter_skips_internal_and_excluded_groups(group, accepted):
+    assert GroupFilter(".*", ("excluded-.*",)).accepts(group) is accepted
+
+
+def test_group_filter_include_is_a_full_match():
+    f = GroupFilter("app-.*")
+    assert f.accepts("app-1") and not f.accepts("my-app-1")
+
+
+def test_group_options_are_validated():
+    cfg = load({**BASE, "groups": ["a.*", "b"], "groups_exclude": "x.*,y", "group_sync_interval_seconds": "2.5",
+                "sync_group_offsets": "false", "mm2_compatible_checkpoints": "true"}, environ={})
+    assert cfg.groups == "(?:a.*)|(?:b)" and cfg.groups_exclude == ("x.*", "y")
+    assert cfg.group_sync_interval_seconds == 2.5 and not cfg.sync_group_offsets and cfg.mm2_compatible_checkpoints
+    defaults = load(BASE, environ={})
+    assert defaults.groups == ".*" and defaults.group_sync_interval_seconds == 5.0 and defaults.sync_group_offsets
+    for key, bad in (("groups", "a("), ("groups_exclude", "[x"), ("group_sync_interval_seconds", "0"),
+                     ("sync_group_offsets", "maybe"), ("mm2_compatible_checkpoints", "2")):
+        with pytest.raises(ConfigError) as e:
+            load({**BASE, key: bad}, environ={})
+        assert e.value.key == key
+
+
+def test_mm2_checkpoint_layout():
+    # MirrorMaker 2's Checkpoint: key (STRING group, STRING topic, INT32 partition); value INT16
+    # version 0, then INT64 upstream offset, INT64 offset, STRING metadata (Kafka protocol types).
+    key, value = mm2_key("g", "orders", 3), mm2_value(41, 17, "m")
+    assert key == b"\x00\x01g\x00\x06orders" + struct.pack(">i", 3)
+    assert value == struct.pack(">hqq", 0, 41, 17) + b"\x00\x01m"
+    assert parse_mm2(key, value) == ("g", "orders", 3, 41, 17, "m")
+
+
+def test_checkpoint_owns_written_and_pending_values():
+    assert Checkpoint(10, 5, True, 0, "index", w=5, p=9).owned() == {5, 9}
+    assert Checkpoint(10, 5, True, 0, "index").owned() == set()
+
+
+def test_group_metrics():
+    m = ReplicatorMetrics()
+    part = PartitionStatus("orders", 0, "orders", 10, 8, True, 3, "index")
+    m.on_groups([GroupStatus("a", "synced", [part]), GroupStatus("b", "taken-over", [part]),
+                 GroupStatus("c", "synced")])
+    text = m.exposition().decode()
+    assert 'replicator_groups{state="synced"} 2.0' in text
+    assert 'replicator_groups{state="taken-over"} 1.0' in text
+    assert 'replicator_group_sync_lag_offsets{group="a"} 3.0' in text
+    assert 'replicator_group_checkpoint_timestamp_seconds{group="b"}' in text
+    assert 'group="c"' not in text  # nothing to checkpoint: no series
