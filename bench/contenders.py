@@ -50,10 +50,13 @@ class Contender:
 
 
 class Replicator(Contender):
-    def __init__(self, guarantee: str) -> None:
+    def __init__(self, guarantee: str, index: bool = True) -> None:
         self.guarantee = guarantee
+        self.index = index  # the consumer-group translation index (its cost is measured on vs off)
         short = "eos" if guarantee == "exactly-once" else "alo"
         self.key, self.label = f"replicator-{short}", f"replicator {guarantee}"
+        if not index:
+            self.key, self.label = f"{self.key}-noindex", f"{self.label}, translation index off"
 
     def launch(self, job: Job) -> Tree:
         cmd = [str(Path(sys.executable).with_name("replicator")), "run",
@@ -61,17 +64,21 @@ class Replicator(Contender):
                "--topics", re.escape(job.topic), "--name", f"bench-{job.tag}", "--metrics-port", "0",
                "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
                *job.extra_args]
-        return Tree(cmd, job.log(self.key))
+        return Tree(cmd, job.log(self.key), env=None if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"})
 
 
 class BareLoop(Contender):
     """The engine's per-shard transaction loop (ShardCopier) in one Python process, no Spark."""
 
-    key, label = "bare-python-eos", "bare Python loop exactly-once (no Spark)"
+    def __init__(self, index: bool = True) -> None:
+        self.index = index
+        self.key, self.label = "bare-python-eos", "bare Python loop exactly-once (no Spark)"
+        if not index:
+            self.key, self.label = f"{self.key}-noindex", "bare Python loop exactly-once, translation index off"
 
     def launch(self, job: Job) -> Tree:
         cmd = [sys.executable, "-m", "bench.bare_loop", "--source", job.source, "--target", job.target,
-               "--topic", job.topic, "--alias", job.tag]
+               "--topic", job.topic, "--alias", job.tag, "--translation-index", "on" if self.index else "off"]
         return Tree(cmd, job.log(self.key), env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
 
 
@@ -189,7 +196,8 @@ def parse_consumer_perf(output: str) -> tuple[float, float] | None:
 
 
 def all_contenders(tasks: int) -> list[Contender]:
-    return [Replicator("exactly-once"), Replicator("at-least-once"), BareLoop(),
+    return [Replicator("exactly-once"), Replicator("exactly-once", index=False), Replicator("at-least-once"),
+            BareLoop(), BareLoop(index=False),
             MirrorMaker(True, tasks), MirrorMaker(False, tasks), ProducerPerf(True), ProducerPerf(False),
             ConsumerPerf()]
 

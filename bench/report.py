@@ -116,6 +116,12 @@ def tables(doc: dict) -> list[str]:
                        f"{_fmt(med('first_visible_s'), '.1f')} | {_fmt(vs_mm2)} | {_fmt(vs_txn)} | "
                        f"{len(ok)}/{len(all_runs)} |")
         out.append("")
+        for on, off, what in (("replicator-eos", "replicator-eos-noindex", "replicator exactly-once"),
+                              ("bare-python-eos", "bare-python-eos-noindex", "bare loop")):
+            ratio, each = paired_ratio(rows, on, off, size)
+            if ratio is not None:
+                out += [f"Translation index cost, {what}: throughput index on / off = {ratio:.3f} (median of "
+                        f"paired runs: {', '.join(f'{r:.3f}' for r in each)}).", ""]
     return out
 
 

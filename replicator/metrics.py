@@ -113,9 +113,14 @@ class ReplicatorMetrics:
         self.build = Info("replicator_build", "Version of the replicator and its runtime.", registry=r)
         self.build.info({"version": __version__, "python": platform.python_version()})
 
-    def on_groups(self, statuses: list) -> None:
-        """One sync round's `GroupStatus` list."""
+    def on_groups(self, statuses: list, failed: set[str] | frozenset[str] = frozenset()) -> None:
+        """One sync round's `GroupStatus` list; `failed` groups keep their series (and so age)."""
         with self.lock:
+            seen = {st.group for st in statuses if st.partitions} | set(failed)
+            for gone in getattr(self, "_groups", set()) - seen:  # deleted, or no longer selected
+                self.group_checkpoint.remove(gone)
+                self.group_ahead.remove(gone)
+            self._groups = {g for g in seen if g not in failed} | (getattr(self, "_groups", set()) & set(failed))
             states: dict[str, int] = dict.fromkeys(("synced", "taken-over", "active-on-target", "checkpointed",
                                                     "untranslatable"), 0)
             now = time.time()

@@ -247,13 +247,41 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
         refused = commit_group(dict(cfg.target), cfg.target_bootstrap_servers, cfg.group, offsets)
         if refused:
             _fail(f"could not set the reverse job's start: {refused}")
+        adopted = _adopt_old_groups(cfg, marker)
     except (KafkaException, RuntimeError) as e:
         _fail(str(e))
-    doc = {"reverse_group": cfg.group, "start": [{"topic": t, "partition": p, "offset": o}
+    doc = {"reverse_group": cfg.group, "adopted_groups": adopted, "start": [{"topic": t, "partition": p, "offset": o}
                                                   for (t, p), (o, _) in sorted(offsets.items())]}
     _emit(fmt, doc, [f"reverse job {cfg.name!r} starts at the failover cut of {forward_name!r} "
                      f"({len(offsets)} partitions); start it with `replicator run` and this configuration"])
     sys.exit(OK)
+
+
+def _adopt_old_groups(cfg, marker) -> list[str]:
+    """The old source's groups hold pre-failover positions their applications left behind: recorded
+    as the reverse job's own writes, so its sync may move them (a group used on the old source
+    after this is detected as taken over, as always)."""
+    from replicator import kafka_clients
+    from replicator.groups.checkpoints import Checkpoint, CheckpointStore, ensure_topics
+    from replicator.groups.sync import GroupFilter, group_offsets
+
+    old = kafka_clients.target_admin(cfg)
+    ensure_topics(cfg, old)
+    store = CheckpointStore(cfg).load()
+    selected = GroupFilter(cfg.groups, cfg.groups_exclude)
+    names = sorted(g.group_id for g in old.list_consumer_groups(request_timeout=30).result().valid
+                   if selected.accepts(g.group_id))
+    back = {(c.source_topic, c.partition): c.target_topic for c in marker.cut}
+    adopted = []
+    for group in names:
+        offsets = group_offsets(dict(cfg.target), cfg.target_bootstrap_servers, group, sorted(back))
+        for (topic, p), (offset, meta) in offsets.items():
+            store.put(group, back[(topic, p)], p, Checkpoint(-1, None, False, 0, "adopted", meta, w=offset), topic)
+        if offsets:
+            adopted.append(group)
+    store.flush()
+    store.close()
+    return adopted
 
 
 @click.command()

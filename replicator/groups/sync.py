@@ -146,20 +146,21 @@ class GroupSync:
         groups = sorted(g.group_id for g in self.source.list_consumer_groups(request_timeout=30).result().valid
                         if self.filter.accepts(g.group_id) and g.group_id != self.cfg.group)
         positions: dict[tuple[str, int], int | None] = {}  # per source partition: N, read once a round
-        out = []
+        out, failed = [], set()
         for group in groups:
             try:
                 status = self._sync_group(group, selected, positions)
                 if status.partitions:  # groups that consume none of the replicated topics are not listed
                     out.append(status)
             except (KafkaException, RuntimeError) as e:
+                failed.add(group)
                 err = e.args[0].str() if isinstance(e, KafkaException) else str(e)
                 log.warning("group %s: sync round failed (retried next round): %s", group, err,
                             extra={"event": "group_sync_failed", "group": group})
         self.store.flush()
         self.last = out
         if self.metrics is not None:
-            self.metrics.on_groups(out)
+            self.metrics.on_groups(out, failed)
         return out
 
     def _sync_group(self, group: str, selected: dict[str, int], positions: dict) -> GroupStatus:
@@ -202,17 +203,28 @@ class GroupSync:
             s.target_committed = current[(s.target_topic, s.partition)][0] if (s.target_topic, s.partition) \
                 in current else None
         # Ownership: every partition holds nothing or a value we wrote; otherwise a consumer ran here.
-        for s in status.partitions:
-            cp = self.store.checkpoints[(group, s.topic, s.partition)]
-            if s.target_committed is not None and s.target_committed not in cp.owned():
-                reason = (f"{s.target_topic}[{s.partition}] is at {s.target_committed} on the target, not a value "
-                          f"the replicator wrote ({sorted(cp.owned()) or 'none'}): a consumer used the group there")
-                self.store.put_group(group, GroupState(True, time.time(), reason))
-                self.store.flush()
-                log.warning("group %s taken over on the target, no longer synced: %s", group, reason,
-                            extra={"event": "group_taken_over", "group": group})
-                status.state, status.reason = "taken-over", reason
+        def foreign() -> list[PartitionStatus]:
+            return [s for s in status.partitions if s.target_committed is not None
+                    and s.target_committed not in self.store.checkpoints[(group, s.topic, s.partition)].owned()]
+        if foreign() and not self.dry_run:
+            # Another process of this job (the running job's sync, a switchover) may have written it:
+            # what it wrote is recorded in the checkpoints topic before the write.
+            self.store.flush()
+            self.store.load()
+            state = self.store.groups.get(group)
+            if state is not None and state.taken_over:
+                status.state, status.reason = "taken-over", state.reason
                 return status
+        for s in foreign()[:1]:
+            cp = self.store.checkpoints[(group, s.topic, s.partition)]
+            reason = (f"{s.target_topic}[{s.partition}] is at {s.target_committed} on the target, not a value "
+                      f"the replicator wrote ({sorted(cp.owned()) or 'none'}): a consumer used the group there")
+            self.store.put_group(group, GroupState(True, time.time(), reason))
+            self.store.flush()
+            log.warning("group %s taken over on the target, no longer synced: %s", group, reason,
+                        extra={"event": "group_taken_over", "group": group})
+            status.state, status.reason = "taken-over", reason
+            return status
         if self.dry_run:
             pending = [s for s in status.partitions if s.target_offset is not None
                        and s.target_offset != s.target_committed]

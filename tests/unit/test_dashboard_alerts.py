@@ -12,6 +12,7 @@ from pathlib import Path
 import yaml
 
 from replicator import config as config_mod
+from replicator.groups.sync import GroupStatus, PartitionStatus
 from replicator.lag import PartitionLag
 from replicator.metrics import MetricsObserver
 
@@ -81,6 +82,9 @@ def observer_after_traffic() -> MetricsObserver:
                   "partitions": {"t|0": [1, 1, 1, 1.0]}})
     obs.on_lag([PartitionLag("t", "t", 0, 1, 1, 0)])
     obs.on_progress(0, 100)
+    part = PartitionStatus("t", 0, "t", 5, 4, True, 0, "index")
+    obs.metrics.on_groups([GroupStatus("app", "synced", [part])])
+    obs.metrics.translation_failures.inc(0)
     return obs
 
 
@@ -176,4 +180,4 @@ def test_exported_metrics_follow_prometheus_conventions():
         assert not re.search(r"millis|_ms$|_kb|_mb", name), f"{name}: base units only"
         if name != "replicator_build":  # build info's labels are its payload (version)
             labels = {k for s in family.samples for k in s.labels} - {"le"}
-            assert labels <= {"topic", "partition", "target_topic", "shard"}, f"{name}: {labels}"
+            assert labels <= {"topic", "partition", "target_topic", "shard", "group", "state"}, f"{name}: {labels}"

@@ -69,3 +69,8 @@ def test_group_metrics():
     assert 'replicator_group_sync_lag_offsets{group="a"} 3.0' in text
     assert 'replicator_group_checkpoint_timestamp_seconds{group="b"}' in text
     assert 'group="c"' not in text  # nothing to checkpoint: no series
+    m.on_groups([GroupStatus("a", "synced", [part])], failed={"b"})  # b failed this round: kept
+    text = m.exposition().decode()
+    assert 'group="b"' in text and 'group="a"' in text
+    m.on_groups([GroupStatus("a", "synced", [part])])  # b gone from the source
+    assert 'group="b"' not in m.exposition().decode()
