@@ -124,6 +124,10 @@ class CheckpointStore:
         self.groups: dict[str, GroupState] = {}
         self._producer: Producer | None = None
         self._errors: list[str] = []
+        # Values other processes of this job (the running job's sync, a switchover) wrote or were
+        # about to write since this store was first loaded: read back by `load()` again.
+        self.recent: dict[tuple[str, str, int], set[int]] = {}
+        self._loaded = False
 
     def load(self) -> CheckpointStore:
         consumer = Consumer({**self.cfg.target, "bootstrap.servers": self.cfg.target_bootstrap_servers,
@@ -149,6 +153,7 @@ class CheckpointStore:
                     self._apply(m.key(), m.value())
         finally:
             consumer.close()
+        self._loaded = True
         return self
 
     def _apply(self, key: bytes, value: bytes | None) -> None:
@@ -158,12 +163,18 @@ class CheckpointStore:
             if value is None:
                 self.checkpoints.pop(tp, None)
             else:
-                self.checkpoints[tp] = Checkpoint(**json.loads(value))
+                cp = self.checkpoints[tp] = Checkpoint(**json.loads(value))
+                if self._loaded:
+                    self.recent.setdefault(tp, set()).update(cp.owned())
         elif k[0] == "g":
             if value is None:
                 self.groups.pop(k[1], None)
             else:
                 self.groups[k[1]] = GroupState(**json.loads(value))
+
+    def owned(self, group: str, topic: str, partition: int) -> set[int]:
+        cp = self.checkpoints.get((group, topic, partition))
+        return (cp.owned() if cp else set()) | self.recent.get((group, topic, partition), set())
 
     def _produce(self) -> Producer:
         if self._producer is None:

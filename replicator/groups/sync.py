@@ -205,7 +205,7 @@ class GroupSync:
         # Ownership: every partition holds nothing or a value we wrote; otherwise a consumer ran here.
         def foreign() -> list[PartitionStatus]:
             return [s for s in status.partitions if s.target_committed is not None
-                    and s.target_committed not in self.store.checkpoints[(group, s.topic, s.partition)].owned()]
+                    and s.target_committed not in self.store.owned(group, s.topic, s.partition)]
         if foreign() and not self.dry_run:
             # Another process of this job (the running job's sync, a switchover) may have written it:
             # what it wrote is recorded in the checkpoints topic before the write.
@@ -216,15 +216,22 @@ class GroupSync:
                 status.state, status.reason = "taken-over", state.reason
                 return status
         for s in foreign()[:1]:
-            cp = self.store.checkpoints[(group, s.topic, s.partition)]
+            owned = self.store.owned(group, s.topic, s.partition)
             reason = (f"{s.target_topic}[{s.partition}] is at {s.target_committed} on the target, not a value "
-                      f"the replicator wrote ({sorted(cp.owned()) or 'none'}): a consumer used the group there")
+                      f"the replicator wrote ({sorted(owned) or 'none'}): a consumer used the group there")
             self.store.put_group(group, GroupState(True, time.time(), reason))
             self.store.flush()
             log.warning("group %s taken over on the target, no longer synced: %s", group, reason,
                         extra={"event": "group_taken_over", "group": group})
             status.state, status.reason = "taken-over", reason
             return status
+        # The target holds values this job wrote (maybe another process of it): record them as ours,
+        # so the latest checkpoint record always names what the target holds.
+        for s in status.partitions:
+            cp = self.store.checkpoints[(group, s.topic, s.partition)]
+            if s.target_committed is not None and cp.w != s.target_committed:
+                cp.w = s.target_committed
+                self.store.put(group, s.topic, s.partition, cp, s.target_topic)
         if self.dry_run:
             pending = [s for s in status.partitions if s.target_offset is not None
                        and s.target_offset != s.target_committed]

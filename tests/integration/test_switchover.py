@@ -1,0 +1,87 @@
+"""Planned switchover with producers stopped (zero loss, zero duplicates, the old direction refuses
+to start), then failback: the reverse job copies only what was produced on the new primary, and a
+group consumed there translates back exactly; `divergence` lists what the old source holds beyond
+the cut."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+from replicator.sandbox import Sandbox
+from tests.index_helpers import commit_offsets, committed_offsets, next_record_view
+from tests.kafka_helpers import assert_identical, create_topic, end_offsets, produce_transactional, read_all
+from tests.replicator_process import BIN, ReplicatorProcess, wait_until
+
+PARTITIONS = 2
+
+
+def _records(n: int, start: int = 0) -> list[tuple]:
+    import time
+
+    base = int(time.time() * 1000) - 600_000
+    return [(i % PARTITIONS, f"k{i}".encode(), f"v-{i}".encode(), None, base + i) for i in range(start, start + n)]
+
+
+def _cli(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=900)
+
+
+def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path):
+    a, b = sandbox.source.bootstrap, sandbox.target.bootstrap
+    topic, fwd, rev = f"sw-{unique}", f"sw-{unique}", f"swback-{unique}"
+    group = f"sw-{unique}-app"
+    create_topic(a, topic, PARTITIONS)
+    produce_transactional(a, topic, _records(2_000), f"s-{unique}", per_txn=100, abort_every=4)
+    commit_offsets(a, group, topic, {0: 300, 1: 500})
+    fwd_conn = ["--source-bootstrap-servers", a, "--target-bootstrap-servers", b, "--topics", topic, "--name", fwd]
+    env = {"REPLICATOR_GROUP_SYNC_INTERVAL_SECONDS": "1", "REPLICATOR_GROUPS": f"sw-{unique}-.*"}
+
+    with ReplicatorProcess(sandbox, topic, fwd, tmp_path / "fwd.log", "--shards", "1", env=env) as job:
+        wait_until(lambda: "progress:" in job.log(), 300, "the forward job", job)
+        out = _cli("switchover", *fwd_conn, "--format", "json", "--timeout", "600")
+        assert out.returncode == 0, out.stdout + out.stderr
+        report = json.loads(out.stdout)
+        assert report["lost_partitions"] == 0 and report["marker"]["kind"] == "switchover"
+        # The running job sees the marker and stops by itself.
+        assert job.wait(120) == 0
+    assert "promoted" in job.log()
+    assert assert_identical(a, b, topic, PARTITIONS) == 1_500  # zero loss, zero duplicates
+    for p, x in ((0, 300), (1, 500)):
+        t = committed_offsets(b, group, topic, PARTITIONS)[p]
+        assert next_record_view(b, topic, p, t) == next_record_view(a, topic, p, x)
+    refused = _cli("run", *fwd_conn, "--metrics-port", "0", "--metrics-host", "127.0.0.1")
+    assert refused.returncode == 1 and "promoted" in refused.stderr + refused.stdout
+
+    # After the cut: the new primary gets new records; the old source got one more it never sent.
+    cut_a = end_offsets(a, topic, PARTITIONS)
+    produce_transactional(a, topic, _records(3, start=50_000), f"late-{unique}")
+    produce_transactional(b, topic, _records(400, start=10_000), f"n-{unique}", per_txn=50)
+    div = _cli("divergence", *fwd_conn, "--format", "json")
+    assert div.returncode == 3, div.stdout + div.stderr
+    rows = json.loads(div.stdout)["partitions"]
+    assert sum(r["records"] for r in rows) == 3 and all(r["from"] == cut_a[r["partition"]] for r in rows)
+
+    # Failback: the reverse job starts at the cut, copies only the 400 new records back.
+    rev_conn = ["--source-bootstrap-servers", b, "--target-bootstrap-servers", a, "--topics", topic, "--name", rev]
+    out = _cli("failback", *rev_conn, "--forward-name", fwd, "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    before = {p: len(v) for p, v in read_all(a, topic, PARTITIONS).items()}
+    b_ends = end_offsets(b, topic, PARTITIONS)
+    # The application consumed some new records on the new primary; it translates back exactly.
+    new_b = read_all(b, topic, PARTITIONS)
+    x_b = {p: new_b[p][-50].offset() for p in range(PARTITIONS)}
+    commit_offsets(b, group, topic, x_b)
+    env_rev = {"REPLICATOR_GROUP_SYNC_INTERVAL_SECONDS": "1", "REPLICATOR_GROUPS": f"sw-{unique}-.*"}
+    with ReplicatorProcess(sandbox, topic, rev, tmp_path / "rev.log", "--shards", "1", env=env_rev,
+                           source=sandbox.target, target=sandbox.source) as job:
+        def back() -> bool:
+            fake = committed_offsets(a, f"__replicator.{rev}", topic, PARTITIONS)
+            return fake == b_ends and len(committed_offsets(a, group, topic, PARTITIONS)) == PARTITIONS and all(
+                next_record_view(a, topic, p, committed_offsets(a, group, topic, PARTITIONS)[p])
+                == next_record_view(b, topic, p, x_b[p]) for p in range(PARTITIONS))
+        wait_until(back, 300, "the reverse copy and group translation", job, interval=2)
+        assert job.sigterm() == 0
+    after = read_all(a, topic, PARTITIONS)
+    assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records
