@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration chaos bench jars debs clean sandbox-up sandbox-down
+.PHONY: demo test lint unit integration chaos bench jars debs containertools image clean sandbox-up sandbox-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,6 +22,21 @@ debs:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 	  else echo "prometheus/promtool missing: run 'sudo apt-get install prometheus'" >&2; exit 1; fi; }
 
+# Container engine and stand-in base image tools for tests/integration/test_container_image.py (the
+# image is built and run with podman here; mmdebstrap makes the base from Debian packages).
+CONTAINER_DEBS := podman buildah mmdebstrap runc crun uidmap fuse-overlayfs slirp4netns \
+  containernetworking-plugins golang-github-containers-common
+containertools:
+	@command -v podman >/dev/null && command -v mmdebstrap >/dev/null && command -v runc >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $(CONTAINER_DEBS) >/dev/null; \
+	  else echo "container tools missing: run 'sudo apt-get install $(CONTAINER_DEBS)'" >&2; exit 1; fi; }
+
+# The image, with docker if its daemon runs, else podman or buildah: `make image IMAGE=replicator:0.1.0`.
+# IMAGE_BUILD_FLAGS go to the engine as they are (e.g. --build-arg PYTHON_IMAGE=...).
+image:
+	IMAGE="$(IMAGE)" ENGINE="$(ENGINE)" deploy/tools/build_image.sh $(IMAGE_BUILD_FLAGS)
+
 # kustomize for tests/unit/test_deploy.py, into .cache/bin (go install via the Go module proxy).
 deploytools:
 	deploy/tools/ensure_kustomize.sh
@@ -32,7 +47,7 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test: $(STAMP) jars debs lint deploytools
+test: $(STAMP) jars debs containertools lint deploytools
 	$(BIN)/pytest -q -m "not chaos" tests
 
 demo: $(STAMP) jars
