@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration chaos bench jars debs containertools image clean sandbox-up sandbox-down
+.PHONY: demo test lint unit integration chaos bench jars debs containertools image image-test clean sandbox-up sandbox-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -22,8 +22,8 @@ debs:
 	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
 	  else echo "prometheus/promtool missing: run 'sudo apt-get install prometheus'" >&2; exit 1; fi; }
 
-# Container engine and stand-in base image tools for tests/integration/test_container_image.py (the
-# image is built and run with podman here; mmdebstrap makes the base from Debian packages).
+# Container engine and stand-in base image tools for `make image-test` (the image is built and run
+# with podman there; mmdebstrap makes its base from Debian packages).
 CONTAINER_DEBS := podman buildah mmdebstrap runc crun uidmap fuse-overlayfs slirp4netns \
   containernetworking-plugins golang-github-containers-common
 containertools:
@@ -47,8 +47,13 @@ lint: $(STAMP)
 unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
-test: $(STAMP) jars debs containertools lint deploytools
-	$(BIN)/pytest -q -m "not chaos" tests
+test: $(STAMP) jars debs lint deploytools
+	$(BIN)/pytest -q -m "not chaos and not image" tests
+
+# The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
+# Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).
+image-test: $(STAMP) jars containertools deploytools
+	$(BIN)/pytest -q -m image tests
 
 demo: $(STAMP) jars
 	$(BIN)/replicator demo

@@ -38,6 +38,8 @@ from tests.container_engine import (
 from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets, produce_transactional
 from tests.spark_standalone import SparkStandalone
 
+pytestmark = pytest.mark.image  # `make image-test`, not `make test`: a cold image build takes minutes
+
 BIN = Path(sys.executable).with_name("replicator")
 VERSION = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["version"]
 PARTITIONS = 3
@@ -61,8 +63,11 @@ def built(podman, tmp_path_factory):
     seconds = build_image(podman, checkout, tag, work / "build.log")
     print(f"\nimage build: {seconds:.0f} s")
     yield tag, checkout, seconds
+    # REPLICATOR_TEST_KEEP_IMAGE=1 keeps the image and the build's layer cache for a quick rerun;
+    # otherwise the tag goes and so do the build's untagged layers (~3 GB), the stand-in base stays.
     if os.environ.get("REPLICATOR_TEST_KEEP_IMAGE") != "1":
         podman.run("rmi", "--force", tag, check=False, timeout=300)
+        podman.run("image", "prune", "--force", check=False, timeout=600)
 
 
 def records(n: int, start: int) -> list[tuple]:
