@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import re
+import subprocess
 import threading
+from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, TopicPartition
@@ -14,11 +16,13 @@ from replicator.groups.checkpoints import CheckpointStore, mm2_checkpoints_topic
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.sync import GroupSync, group_offsets
 from replicator.groups.translate import Translator, read_records
+from replicator.sandbox.jars import classpath
 from replicator.shard_copy import CopyRange, ShardCopier
 from tests.integration.test_engine import sample_records
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional, record_view
 
 PARTITIONS = 2
+JAVA = Path(__file__).resolve().parents[1] / "java"
 
 
 def _commit_source(bootstrap: str, group: str, topic: str, offsets: dict[int, int], metadata: str = "") -> None:
@@ -178,6 +182,11 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
             mm2[(group, t_topic, p)] = (up, down, meta)
         c.close()
         assert mm2[(g_synced, topic, 0)] == (1000, translator.translate(topic, 0, 1000).target_offset, "app-meta-2")
+        # ... and MirrorMaker 2's own client reads it so (RemoteClusterUtils.translateOffsets).
+        java = subprocess.run(["java", "-cp", classpath(), str(JAVA / "TranslateOffsets.java"), dst, cfg.source_alias,
+                               g_synced], capture_output=True, text=True, timeout=300)
+        assert java.returncode == 0, java.stderr[-3000:]
+        assert f"{topic} 0 {translator.translate(topic, 0, 1000).target_offset}" in java.stdout.splitlines()
         store = CheckpointStore(cfg).load()
         assert store.checkpoints[(g_synced, topic, 0)].x == 1000
     finally:
