@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration chaos bench jars debs containertools image image-test clean sandbox-up sandbox-down
+.PHONY: demo test lint unit integration chaos versions bench jars debs containertools image image-test clean sandbox-up sandbox-down
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -48,7 +48,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) jars debs lint deploytools
-	$(BIN)/pytest -q -m "not chaos and not image" tests
+	$(BIN)/pytest -q -m "not chaos and not image and not versions" tests
 
 # The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
 # Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).
@@ -60,6 +60,10 @@ demo: $(STAMP) jars
 
 chaos: $(STAMP) jars
 	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(BIN)/pytest -q -m chaos tests
+
+# The engine's exactly-once check across Kafka 3.6 / 3.9 (KRaft and ZooKeeper) / 4.1 pairs (RELIABILITY.md).
+versions: $(STAMP) jars
+	$(BIN)/pytest -q -m versions tests/integration/test_versions.py
 
 bench: $(STAMP) jars
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

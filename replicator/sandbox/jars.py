@@ -47,10 +47,20 @@ def kafka_jars(version: str = DEFAULT_KAFKA_VERSION, quiet: bool = True) -> Path
     if proc.returncode != 0:
         tail = "\n".join((proc.stdout + proc.stderr).splitlines()[-30:])
         raise RuntimeError(f"resolving Kafka {version} jars with Maven failed:\n{tail}")
+    _one_slf4j_binding(staging)
     shutil.rmtree(target, ignore_errors=True)
     staging.rename(target)
     (target / _MARKER).write_text(version)
     return target
+
+
+def _one_slf4j_binding(folder: Path) -> None:
+    """Kafka 3.x brings slf4j-reload4j at runtime; next to our log4j2 binding SLF4J would pick either
+    (classpath order) and, with reload4j unconfigured, the broker would log nothing, not even the
+    "Kafka Server started" line readiness waits for. Keep only the log4j2 binding."""
+    if any(folder.glob("log4j-slf4j-impl-*.jar")):
+        for jar in (*folder.glob("slf4j-reload4j-*.jar"), *folder.glob("slf4j-log4j12-*.jar")):
+            jar.unlink()
 
 
 def classpath(version: str = DEFAULT_KAFKA_VERSION) -> str:
