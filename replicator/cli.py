@@ -74,11 +74,19 @@ def sandbox_fetch(kafka_version: str) -> None:
 @click.option("--secure", type=click.Choice(["scram", "mtls"]), is_flag=False, flag_value="scram",
               help="TLS listeners, an authorizer that denies what no ACL allows, and SCRAM-SHA-512 users "
                    "(scram, the default) or client certificates (mtls). Plaintext without it.")
-def sandbox_up(kafka_version: str, fresh: bool, tv0: str | None, secure: str | None) -> None:
-    """Start both clusters (idempotent); returns when both brokers serve requests."""
-    box = Sandbox(version=kafka_version, source_tv=0 if tv0 == "source" else None,
-                  target_tv=0 if tv0 == "target" else None, secure=secure or "plaintext")
+@click.option("--brokers", type=click.Choice(["1", "3"]), default="1", show_default=True,
+              help="Brokers per cluster. 3: combined KRaft broker+controller nodes, replication factor 3 and "
+                   "min.insync.replicas 2 for data and internal topics.")
+def sandbox_up(kafka_version: str, fresh: bool, tv0: str | None, secure: str | None, brokers: str) -> None:
+    """Start both clusters (idempotent); returns when every broker serves requests."""
+    from replicator.sandbox.cluster import default_root, remembered_brokers
+
     try:
+        if remembered_brokers(default_root()) != int(brokers):
+            Sandbox(secure="remembered").down()  # the other layout's node 1 holds the same ports
+        box = Sandbox(version=kafka_version, source_tv=0 if tv0 == "source" else None,
+                      target_tv=0 if tv0 == "target" else None, secure=secure or "plaintext",
+                      brokers=int(brokers))
         if tv0 and not fresh:
             getattr(box, tv0).stop()
             getattr(box, tv0).start(fresh=True)
@@ -109,8 +117,9 @@ def sandbox_status(fmt: str) -> None:
         click.echo(json.dumps(status, indent=2))
         return
     for name, s in status.items():
-        state = "up" if s["pid"] and s["serving"] else ("starting" if s["pid"] else "down")
-        click.echo(f"{name:7} {state:8} {s['bootstrap']:16} pid={s['pid'] or '-'}  {s['security']:9} "
+        state = "up" if all(s["pids"]) and s["serving"] else ("starting" if s["pid"] else "down")
+        pids = ",".join(str(p or "-") for p in s["pids"])
+        click.echo(f"{name:7} {state:8} {s['bootstrap']:16} pid={pids}  {s['security']:9} "
                    f"{s['data_dir']}")
     for name, s in status.items():
         if s["client_properties"]:

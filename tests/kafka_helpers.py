@@ -10,7 +10,8 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> None:
     admin = AdminClient({"bootstrap.servers": bootstrap})
-    fut = admin.create_topics([NewTopic(name, partitions, 1, config=config or {})])[name]
+    # -1: the broker's default.replication.factor (1 on one broker, 3 on a multi-broker sandbox).
+    fut = admin.create_topics([NewTopic(name, partitions, -1, config=config or {})])[name]
     fut.result(timeout=30)
 
 

@@ -84,6 +84,7 @@ class KafkaCluster:
     transaction_version: int | None = None  # None: the release default (2 on fresh 4.x)
     heap: str = "-Xms384m -Xmx512m"
     security: SecurityMaterial | None = None  # None: PLAINTEXT, no authorizer (the demo default)
+    cluster_id: str | None = None  # formatted with a fresh random id when None (one node per cluster)
 
     @property
     def controller_port(self) -> int:
@@ -114,6 +115,15 @@ class KafkaCluster:
 
     def running(self) -> bool:
         return self.pid() is not None
+
+    def pids(self) -> list[int | None]:
+        return [self.pid()]
+
+    def data_dirs(self) -> list[str]:
+        return [str(self.dir)]
+
+    def serving(self) -> bool:
+        return port_open(self.port)
 
     def _properties(self) -> str:
         p, c = self.port, self.controller_port
@@ -153,7 +163,7 @@ class KafkaCluster:
         return ["java", "-cp", classpath(self.version), main, *args]
 
     def _format(self) -> None:
-        cluster_id = _cluster_id()
+        cluster_id = self.cluster_id or _cluster_id()
         cmd = self._java("kafka.tools.StorageTool", "format", "-t", cluster_id,
                          "-c", str(self.dir / "server.properties"), "-g")
         if self.transaction_version is not None:
@@ -170,12 +180,16 @@ class KafkaCluster:
 
     def start(self, fresh: bool = False) -> None:
         """Starts the broker unless ours already runs; returns when it serves requests."""
+        self.launch(fresh)
+        self.wait_ready()
+
+    def launch(self, fresh: bool = False) -> None:
+        """Starts the broker JVM unless ours already runs, without waiting for it to serve (the nodes
+        of a multi-broker cluster must all be launched before any can elect a controller)."""
         if self.running():
-            if fresh:
-                self.stop()
-            else:
-                self.wait_ready()
+            if not fresh:
                 return
+            self.stop()
         if port_open(self.port) or port_open(self.controller_port):
             raise RuntimeError(
                 f"port {self.port} or {self.controller_port} is taken by a process this sandbox did not "
@@ -201,7 +215,6 @@ class KafkaCluster:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
         self.pid_file.write_text(str(proc.pid))
-        self.wait_ready()
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout
@@ -286,15 +299,28 @@ class Sandbox:
 
     def __init__(self, root: Path | None = None, version: str = DEFAULT_KAFKA_VERSION,
                  source_tv: int | None = None, target_tv: int | None = None,
-                 port_shift: int | None = None, secure: str | tuple[str, str] = "plaintext") -> None:
+                 port_shift: int | None = None, secure: str | tuple[str, str] = "plaintext",
+                 source_version: str | None = None, target_version: str | None = None,
+                 brokers: int | None = None) -> None:
         root = self.root = root or default_root()
         shift = _port_shift() if port_shift is None else port_shift
         modes = security_modes(root, secure)
         material = {name: SecurityMaterial(root / "secure" / mode, mode) if mode else None
                     for name, mode in zip(("source", "target"), modes, strict=True)}
-        self.source = KafkaCluster("source", SOURCE_PORT + shift, root, version, source_tv,
+        self.brokers = remembered_brokers(root) if brokers is None else brokers
+        if self.brokers > 1:
+            if any(material.values()):
+                raise RuntimeError("a secure multi-broker sandbox is not supported (yet): use one of the two")
+            from replicator.sandbox.multi import MultiBrokerCluster
+
+            self.source = MultiBrokerCluster("source", SOURCE_PORT + shift, root, source_version or version,
+                                             source_tv, self.brokers)
+            self.target = MultiBrokerCluster("target", TARGET_PORT + shift, root, target_version or version,
+                                             target_tv, self.brokers)
+            return
+        self.source = KafkaCluster("source", SOURCE_PORT + shift, root, source_version or version, source_tv,
                                    security=material["source"])
-        self.target = KafkaCluster("target", TARGET_PORT + shift, root, version, target_tv,
+        self.target = KafkaCluster("target", TARGET_PORT + shift, root, target_version or version, target_tv,
                                    security=material["target"])
 
     @property
@@ -314,6 +340,7 @@ class Sandbox:
             self.down()  # a half-started sandbox would hold its ports against the next attempt
             raise
         _MODE_FILE(self.root).write_text(json.dumps([_mode(c) for c in self.clusters]))
+        _BROKERS_FILE(self.root).write_text(str(self.brokers))
 
     def down(self) -> None:
         for cluster in self.clusters:
@@ -327,8 +354,8 @@ class Sandbox:
 
     def status(self) -> dict[str, dict[str, object]]:
         return {
-            c.name: {"bootstrap": c.bootstrap, "pid": c.pid(), "serving": port_open(c.port),
-                     "data_dir": str(c.dir), "security": _mode(c) or "plaintext",
+            c.name: {"bootstrap": c.bootstrap, "pid": c.pid(), "pids": c.pids(), "serving": c.serving(),
+                     "data_dir": c.data_dirs()[0], "data_dirs": c.data_dirs(), "security": _mode(c) or "plaintext",
                      "client_properties": self.client_properties(c.name, by_reference=True)}
             for c in self.clusters
         }
@@ -336,6 +363,18 @@ class Sandbox:
 
 def _MODE_FILE(root: Path) -> Path:  # noqa: N802 - reads as the constant it stands for
     return root / "security.json"
+
+
+def _BROKERS_FILE(root: Path) -> Path:  # noqa: N802 - reads as the constant it stands for
+    return root / "brokers"
+
+
+def remembered_brokers(root: Path) -> int:
+    """Brokers per cluster of the last `up` in this sandbox dir, so `status` and `down` need no flag."""
+    try:
+        return int(_BROKERS_FILE(root).read_text())
+    except (OSError, ValueError):
+        return 1
 
 
 def _mode(cluster: KafkaCluster) -> str | None:
