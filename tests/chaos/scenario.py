@@ -9,6 +9,16 @@ Fault kinds (each waits afterwards until the fake group moves on, proving recove
                   be fenced), then the first is stopped
   source-kill / source-bounce / target-kill / target-bounce   hard and clean broker restarts
   target-pause    SIGSTOP/SIGCONT of the target broker, longer than the transaction timeout
+Multi-broker clusters only (`sandbox up --brokers 3`), the other brokers keep serving:
+  source-leader-kill / target-leader-kill / target-leader-stop   SIGKILL or clean stop of the leader
+                  of replicated partition 0, restart
+  target-txn-coordinator-kill    SIGKILL of the transaction coordinator of the job's shard 0
+  target-group-coordinator-kill  SIGKILL of the fake group's coordinator
+  source-rolling-restart / target-rolling-restart   clean restart of every broker, one after another
+Network (iptables on loopback, see netfault.py; any cluster shape):
+  target-partition-short / target-partition-long / source-partition-long   every packet between the
+                  clients and the cluster's brokers dropped for 3 s (under the 6 s transaction
+                  timeout) or 15 s (over it), then restored
 """
 
 from __future__ import annotations
@@ -23,6 +33,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from tests.chaos import netfault, roles
 from tests.chaos.reader import ConcurrentReader
 from tests.chaos.workload import Copiers, Trickle, verifiable_produce
 from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets
@@ -32,6 +43,11 @@ TRANSACTION_TIMEOUT_MS = 6_000
 PAUSE_S = TRANSACTION_TIMEOUT_MS / 1000 + 3
 FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce", "target-kill", "target-bounce",
                "target-pause")
+MULTI_BROKER_FAULT_KINDS = ("target-leader-kill", "target-txn-coordinator-kill", "target-group-coordinator-kill",
+                            "source-leader-kill", "target-leader-stop", "target-rolling-restart",
+                            "source-rolling-restart")
+NETWORK_FAULT_KINDS = ("target-partition-short", "target-partition-long", "source-partition-long")
+PARTITION_S = {"short": TRANSACTION_TIMEOUT_MS / 1000 / 2, "long": TRANSACTION_TIMEOUT_MS / 1000 + 9}
 BIN = Path(sys.executable).with_name("replicator")
 
 
@@ -135,14 +151,46 @@ class ChaosRun:
             box.target.signal(signal.SIGSTOP)
             time.sleep(PAUSE_S)
             box.target.signal(signal.SIGCONT)
+        elif "-partition-" in kind:
+            ports = netfault.client_ports(box.source if kind.startswith("source") else box.target)
+            with netfault.Partition(ports):
+                time.sleep(PARTITION_S[kind.rsplit("-", 1)[1]])
+            assert not netfault.active(ports), "iptables rules left behind"
+        elif kind.endswith("-rolling-restart"):
+            for node in (box.source if kind.startswith("source") else box.target).nodes:
+                node.stop()
+                node.start()
+        elif kind in self._ROLES:
+            cluster = box.source if kind.startswith("source") else box.target
+            node_id = self._ROLES[kind](self)
+            self._note(f"  {kind.rsplit('-', 1)[0]} is node {node_id}")
+            node = cluster.nodes[node_id - 1]
+            if kind.endswith("-stop"):
+                node.stop()
+            else:
+                node.kill()
+            time.sleep(2)
+            node.start()
         else:
             raise ValueError(kind)
         return proc
+
+    _ROLES = {
+        "source-leader-kill": lambda self: roles.partition_leader(self.sandbox.source.bootstrap, self.topic, 0),
+        "target-leader-kill": lambda self: roles.partition_leader(self.sandbox.target.bootstrap, self.topic, 0),
+        "target-leader-stop": lambda self: roles.partition_leader(self.sandbox.target.bootstrap, self.topic, 0),
+        "target-txn-coordinator-kill": lambda self: roles.transaction_coordinator(
+            self.sandbox.target.bootstrap, f"{self.name}-shard-"),
+        "target-group-coordinator-kill": lambda self: roles.group_coordinator(self.sandbox.target.bootstrap,
+                                                                              self.group),
+    }
 
     # -- the run -----------------------------------------------------------------------------
     def run(self) -> ChaosResult:
         started = time.monotonic()
         box = self.sandbox
+        if any("-partition-" in k for k in self.faults):
+            netfault.sweep(netfault.client_ports(box.source) + netfault.client_ports(box.target))
         create_topic(box.source.bootstrap, self.input, self.partitions)
         create_topic(box.source.bootstrap, self.topic, self.partitions)
         partition_of = verifiable_produce(box.source.bootstrap, self.input, self.records,

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from replicator.sandbox import Sandbox
-from tests.chaos.scenario import FAULT_KINDS, ChaosResult, ChaosRun
+from tests.chaos.scenario import FAULT_KINDS, MULTI_BROKER_FAULT_KINDS, ChaosResult, ChaosRun
 
 # The full matrix; both knobs exist only to record a scaled-down run honestly in RELIABILITY.md.
 FULL_RECORDS = int(os.environ.get("REPLICATOR_CHAOS_RECORDS", "1000000"))
@@ -46,6 +46,25 @@ def assert_exactly_once(result: ChaosResult) -> None:
 def test_every_fault_kind_once_keeps_exactly_once(sandbox, unique, tmp_path):
     result = ChaosRun(sandbox, tmp_path, unique, records=20_000, faults=FAULT_KINDS).run()
     assert result.faults == list(FAULT_KINDS)
+    assert_exactly_once(result)
+
+
+@pytest.fixture
+def multi_broker_sandbox(tmp_path_factory):
+    """Three brokers per cluster (RF 3, min.insync.replicas 2) on their own ports: +80 on the shift
+    (+50 is the tv0 pair's, +60 the version matrix's, +70 the secure pair's)."""
+    box = Sandbox(root=tmp_path_factory.mktemp("sandbox-3"), brokers=3,
+                  port_shift=int(os.environ.get("REPLICATOR_SANDBOX_PORT_SHIFT", "0")) + 80)
+    box.up(fresh=True)
+    yield box
+    box.down()
+
+
+def test_every_multi_broker_fault_kind_once_keeps_exactly_once(multi_broker_sandbox, unique, tmp_path):
+    """Leader and coordinator failover and rolling restarts: a broker fault is an election here."""
+    result = ChaosRun(multi_broker_sandbox, tmp_path, unique, records=5_000,
+                      faults=MULTI_BROKER_FAULT_KINDS).run()
+    assert result.faults == list(MULTI_BROKER_FAULT_KINDS)
     assert_exactly_once(result)
 
 
