@@ -16,11 +16,12 @@ $(STAMP): pyproject.toml
 jars: $(STAMP)
 	$(BIN)/replicator sandbox fetch
 
-# Debian packages used by tests (Prometheus server and promtool); installed as root when missing.
+# Debian packages used by tests (Prometheus server and promtool; iptables for the chaos harness's
+# network partitions); installed as root when missing.
 debs:
-	@command -v prometheus >/dev/null && command -v promtool >/dev/null || { \
-	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus >/dev/null; \
-	  else echo "prometheus/promtool missing: run 'sudo apt-get install prometheus'" >&2; exit 1; fi; }
+	@command -v prometheus >/dev/null && command -v promtool >/dev/null && command -v iptables >/dev/null || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq prometheus iptables >/dev/null; \
+	  else echo "prometheus/promtool/iptables missing: run 'sudo apt-get install prometheus iptables'" >&2; exit 1; fi; }
 
 # Container engine and stand-in base image tools for `make image-test` (the image is built and run
 # with podman there; mmdebstrap makes its base from Debian packages).

