@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from replicator import config, job, kafka_clients, logs
+from replicator import config, job, kafka_clients, logs, transactional_ids
 from replicator.config import ReplicatorConfig
 from replicator.offsets import CommitMetadata, read_committed
 from replicator.replication_policy import policy_for
@@ -330,7 +330,7 @@ class _PairReport:
 
 
 def _init_producer(cfg: ReplicatorConfig, shard: int) -> Producer:
-    producer = kafka_clients.target_producer(cfg, cfg.transactional_id(shard))
+    producer = kafka_clients.target_producer(cfg, transactional_ids.shard_id(cfg.name, shard))
     deadline = time.monotonic() + 120
     while True:
         try:

@@ -118,9 +118,6 @@ class ReplicatorConfig:
     def exactly_once(self) -> bool:
         return self.guarantee == "exactly-once"
 
-    def transactional_id(self, shard: int) -> str:
-        return f"{self.name}-shard-{shard}"
-
     def to_json(self) -> str:
         return json.dumps(dataclasses.asdict(self))
 

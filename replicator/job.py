@@ -19,7 +19,7 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from pyspark.errors import StreamingQueryException
 
-from replicator import kafka_clients, permissions, topic_sync
+from replicator import kafka_clients, permissions, topic_sync, transactional_ids
 from replicator.config import ReplicatorConfig
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
@@ -103,40 +103,56 @@ def preflight(cfg: ReplicatorConfig) -> tuple[ReplicatorConfig, list[topic_sync.
                 f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
                 f"the group was written by another job or the source topic was recreated. Use another "
                 f"--name/--offsets-group, or delete the group to start over.")
-    fence_previous_layouts(cfg)
+    try:
+        fence_previous_layouts(cfg)
+    except transactional_ids.FenceError as e:
+        raise RuntimeFailure(str(e)) from None
     return cfg, mappings
 
 
 def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
-    """init_transactions() on every shard id of the old and new layouts: fences zombies of either
-    and aborts whatever transaction a crashed predecessor left open, before any new write."""
+    """init_transactions() on every transactional id an earlier run could hold, before any new write:
+    the current layout's, every layout (job name, shard count) the fake group records, and every id
+    of those names the target's transaction coordinators still list (which covers a layout that was
+    killed before its first commit). Fences their zombies and aborts what they left open."""
     if not cfg.exactly_once:
         return 0
-    layouts = {c.metadata.shards for c in read_group(kafka_clients.group_reader(cfg)).values() if c.metadata}
-    count = max([cfg.shard_count, *layouts])
-    if layouts - {cfg.shard_count}:
-        log.info("shard layout changed from %s to %d: fencing the previous transactional ids",
-                 sorted(layouts), cfg.shard_count)
-    errors: list[BaseException] = []
-    threads = [threading.Thread(target=_fence_one, args=(cfg, shard, errors)) for shard in range(count)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return count
-
-
-def _fence_one(cfg: ReplicatorConfig, shard: int, errors: list[BaseException]) -> None:
-    producer = kafka_clients.target_producer(cfg, cfg.transactional_id(shard))
+    reader = kafka_clients.group_reader(cfg)
     try:
-        producer.init_transactions(60)
-    except KafkaException as e:
-        if permissions.is_authorization_error(kafka_clients.kafka_error(e)):
-            errors.append(RuntimeFailure(str(permissions.transactional_id_denied(cfg, cfg.transactional_id(shard)))))
-        else:
-            errors.append(e)
+        committed = read_group(reader)
+    finally:
+        reader.close()
+    layouts = {(c.metadata.job or cfg.name, c.metadata.shards) for c in committed.values() if c.metadata}
+    damaged = sorted(f"{t}[{p}]" for (t, p), c in committed.items() if c.damaged)
+    if damaged:
+        log.warning("the offsets group %r holds unreadable metadata for %s: the layout that wrote it is unknown; "
+                    "fencing every id of job %r the target's coordinators list", cfg.group, ", ".join(damaged),
+                    cfg.name, extra={"event": "damaged_metadata", "partitions": len(damaged)})
+    names = {cfg.name} | {name for name, _ in layouts}
+    try:
+        listed = transactional_ids.listed(cfg, names)
+    except Exception as e:  # noqa: BLE001 - kafka-python's errors; any of them means "not proven fenced"
+        raise transactional_ids.FenceError(
+            f"cannot list the target's transactions to find earlier writers of job(s) {sorted(names)}: {e}") from None
+    ids = transactional_ids.to_fence(cfg, layouts, listed)
+    current = {transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)}
+    if set(ids) - current:
+        log.info("fencing %d transactional ids of earlier runs before the first write", len(ids),
+                 extra={"event": "fencing", "layouts": sorted(layouts), "ids": len(ids)})
+    try:
+        transactional_ids.fence(cfg, ids)
+    except transactional_ids.FenceError as e:
+        for txn_id, cause in e.failures:
+            if permissions.is_authorization_error(kafka_clients.kafka_error(cause)):
+                raise RuntimeFailure(str(permissions.transactional_id_denied(cfg, txn_id))) from None
+        raise
+    return len(ids)
+
+
+def fence_current_layout(cfg: ReplicatorConfig) -> None:
+    """At exit: abort whatever an interrupted task left open now, not at the transaction timeout."""
+    if cfg.exactly_once:
+        transactional_ids.fence(cfg, [transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)])
 
 
 class BatchStats:
@@ -349,9 +365,9 @@ class Replicator:
             log.warning("spark stop: %s", e)
         # Whatever an interrupted task left open is aborted now, not at the transaction timeout.
         try:
-            fence_previous_layouts(self.cfg)
-        except KafkaException as e:
-            log.warning("could not fence shards at shutdown: %s", e.args[0].str())
+            fence_current_layout(self.cfg)
+        except transactional_ids.FenceError as e:
+            log.warning("at shutdown: %s; the next start fences them before writing", e)
         self.stats.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 

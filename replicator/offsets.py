@@ -2,8 +2,9 @@
 
 Keyed by *target* topic-partition (the broker refuses offsets for partitions it does not have); the
 value is the NEXT source offset to copy. The commit metadata (<= 4 KiB by broker default) records the
-source cluster and topic, the shard layout that wrote it, and the last exact source->target offset
-pair, which consumer-group failover needs.
+source cluster and topic, the shard layout and job name that wrote it (so a later start can fence
+those transactional ids even after `--shards` or `--name` changed), and the last exact
+source->target offset pair, which consumer-group failover needs.
 """
 
 from __future__ import annotations
@@ -13,8 +14,9 @@ import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from replicator.client_errors import Outcome, classify
 from replicator.kafka_clients import kafka_error
 
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group holds nothing for the partition
@@ -28,34 +30,36 @@ class CommitMetadata:
     shard: int
     source_offset: int = -1  # last copied source offset ...
     target_offset: int = -1  # ... and where it landed on the target
+    job: str = ""  # the job name its transactional ids derive from; "" in version 1 entries
 
     def encode(self) -> str:
-        return json.dumps({"v": 1, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
-                           "s": self.shard, "so": self.source_offset, "to": self.target_offset},
+        return json.dumps({"v": 2, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
+                           "s": self.shard, "so": self.source_offset, "to": self.target_offset, "j": self.job},
                           separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str | None) -> CommitMetadata | None:
+        """None for an empty or unreadable entry; `is_damaged` tells the two apart."""
         if not text:
             return None
         try:
             d = json.loads(text)
-            return cls(d["sc"], d["st"], int(d["n"]), int(d["s"]), int(d.get("so", -1)), int(d.get("to", -1)))
-        except (ValueError, KeyError, TypeError):
+            return cls(str(d["sc"]), str(d["st"]), int(d["n"]), int(d["s"]), int(d.get("so", -1)),
+                       int(d.get("to", -1)), str(d.get("j", "")))
+        except (ValueError, KeyError, TypeError, AttributeError):
             return None
+
+    @classmethod
+    def is_damaged(cls, text: str | None) -> bool:
+        """Something is stored, but not an entry this replicator can read (truncated, foreign, corrupt)."""
+        return bool(text and text.rstrip("\x00")) and cls.decode(text.rstrip("\x00")) is None
 
 
 @dataclass(frozen=True)
 class Committed:
     offset: int  # next source offset to copy; NO_OFFSET when nothing was ever committed
     metadata: CommitMetadata | None
-
-
-def _transient(err: KafkaError) -> bool:
-    # A freshly started broker answers group requests with these until its coordinator is loaded.
-    return err.retriable() or err.code() in (KafkaError.COORDINATOR_LOAD_IN_PROGRESS,
-                                             KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
-                                             KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT)
+    damaged: bool = False  # metadata present but unreadable: its layout is unknown
 
 
 def read_committed(reader: Consumer, target_tps: list[tuple[str, int]], timeout: float = 60.0
@@ -71,13 +75,16 @@ def read_committed(reader: Consumer, target_tps: list[tuple[str, int]], timeout:
             break
         except KafkaException as e:
             err = kafka_error(e)
-            if err is None or not _transient(err) or time.monotonic() > deadline:
+            # A freshly started broker answers group requests with retriable errors until its
+            # coordinator is loaded.
+            if err is None or classify(err) is not Outcome.RETRY or time.monotonic() > deadline:
                 raise
     out = {}
     for tp in result:
         if tp.error is not None:
             raise KafkaException(tp.error)
-        out[(tp.topic, tp.partition)] = Committed(tp.offset, CommitMetadata.decode(tp.metadata))
+        out[(tp.topic, tp.partition)] = Committed(tp.offset, CommitMetadata.decode(tp.metadata),
+                                                  CommitMetadata.is_damaged(tp.metadata))
     return out
 
 
@@ -105,7 +112,7 @@ def keep_alive(cfg, idle: list[tuple[str, str, int]]) -> int:
     commit goes through the owning shard's transactional id, so it fences (and is fenced by) that
     shard's writer like any other write, and it is made of values re-read after the fencing.
     """
-    from replicator import kafka_clients
+    from replicator import kafka_clients, transactional_ids
     from replicator.sharding import shard_of
 
     by_shard: dict[int, list[tuple[str, int]]] = {}
@@ -115,9 +122,10 @@ def keep_alive(cfg, idle: list[tuple[str, str, int]]) -> int:
     refreshed = 0
     try:
         for shard, tps in sorted(by_shard.items()):
-            producer = kafka_clients.target_producer(cfg, cfg.transactional_id(shard) if cfg.exactly_once else None)
             if cfg.exactly_once:
-                producer.init_transactions(60)
+                producer = transactional_ids.init_producer(cfg, transactional_ids.shard_id(cfg.name, shard), 60)
+            else:
+                producer = kafka_clients.target_producer(cfg, None)
             offsets = [TopicPartition(t, p, c.offset, metadata=c.metadata.encode() if c.metadata else None)
                        for (t, p), c in read_committed(reader, tps).items() if c.offset >= 0]
             if not offsets:

@@ -27,7 +27,8 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from replicator import kafka_clients
+from replicator import kafka_clients, transactional_ids
+from replicator.client_errors import Outcome, classify
 from replicator.config import ReplicatorConfig
 from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, read_committed
@@ -123,7 +124,7 @@ class ShardCopier:
     def __init__(self, cfg: ReplicatorConfig, shard: int, fault: str | None = None) -> None:
         self.cfg = cfg
         self.shard = shard
-        self.txn_id = cfg.transactional_id(shard)
+        self.txn_id = transactional_ids.shard_id(cfg.name, shard)
         self.fault = fault
         key = cfg.to_json()
         self.consumer = _cached(_consumers, key, lambda: kafka_clients.source_consumer(cfg))
@@ -159,20 +160,20 @@ class ShardCopier:
                 return self.stats
             except KafkaException as e:
                 err = e.args[0]
-                if err.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
-                    # Retrying cannot help: the same record is refused again. The open transaction is
-                    # aborted by the next init_transactions() (the driver fences every shard on exit).
-                    raise RuntimeError(f"shard {self.shard}: the target refused a record as too large, nothing "
-                                       f"of the transaction was committed: {err.str()}") from None
-                if kafka_clients.is_fenced(err):
+                outcome = classify(err)
+                if outcome is Outcome.FATAL:
+                    # Retrying cannot help (a record too large, a missing permission). The open
+                    # transaction is aborted by the next init_transactions() (the driver fences every
+                    # shard on exit).
+                    raise RuntimeError(f"shard {self.shard}: {_why_fatal(err)}, nothing of the open transaction "
+                                       f"was committed: {err.str()}") from None
+                if outcome is Outcome.FENCED:
                     self.stats.fenced += 1
                     log.warning("shard fenced: another producer now holds transactional.id %s; "
                                 "re-initialising and re-reading offsets from the target", self.txn_id,
                                 extra={"shard": self.shard, "event": "fenced"})
-                elif producer is not None and err.txn_requires_abort():
+                elif outcome is Outcome.ABORT and producer is not None:
                     self._abort(producer)
-                elif not (err.retriable() or err.fatal() or err.txn_requires_abort()):
-                    raise
                 log.warning("transaction failed (%s); attempt %d of %d restarts from the target's offsets",
                             err.str(), attempt, MAX_ATTEMPTS, extra={"shard": self.shard})
                 self.stats.producer_recreations += 1
@@ -188,15 +189,7 @@ class ShardCopier:
     def _new_producer(self) -> Producer:
         if not self.cfg.exactly_once:
             return kafka_clients.target_producer(self.cfg, None)
-        producer = kafka_clients.target_producer(self.cfg, self.txn_id)
-        deadline = time.monotonic() + 120
-        while True:
-            try:
-                producer.init_transactions(30)
-                return producer
-            except KafkaException as e:
-                if not e.args[0].retriable() or time.monotonic() > deadline:
-                    raise
+        return transactional_ids.init_producer(self.cfg, self.txn_id, 120)
 
     def _abort(self, producer: Producer) -> None:
         try:
@@ -247,7 +240,7 @@ class ShardCopier:
             if start >= r.end:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
             meta = (c.metadata if c and c.metadata else None) or CommitMetadata(
-                self.source_cluster, r.source_topic, self.cfg.shard_count, self.shard)
+                self.source_cluster, r.source_topic, self.cfg.shard_count, self.shard, job=self.cfg.name)
             states[(r.source_topic, r.partition)] = _PartitionState(r, start, offset >= 0, meta, txn_begin=start)
         return states
 
@@ -399,7 +392,8 @@ class ShardCopier:
 
     def _metadata(self, s: _PartitionState) -> str:
         so, to = s.pair if s.pair is not None else (s.meta.source_offset, s.meta.target_offset)
-        s.meta = CommitMetadata(self.source_cluster, s.r.source_topic, self.cfg.shard_count, self.shard, so, to)
+        s.meta = CommitMetadata(self.source_cluster, s.r.source_topic, self.cfg.shard_count, self.shard, so, to,
+                                self.cfg.name)
         return s.meta.encode()
 
 
@@ -416,6 +410,12 @@ class _PairReport:
             self.st.pair = (self.source_offset, msg.offset())
         if self.first:
             self.st.first_pair = (self.source_offset, msg.offset())
+
+
+def _why_fatal(err: KafkaError) -> str:
+    if err.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
+        return "the target refused a record as too large"
+    return "retrying cannot help"
 
 
 def _wanted(states: dict) -> int:

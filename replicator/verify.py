@@ -36,6 +36,7 @@ from typing import Any
 
 import click
 
+from replicator import transactional_ids
 from replicator.cli import _load_config, connection_options
 from replicator.config import ReplicatorConfig
 from replicator.offsets import CommitMetadata
@@ -512,9 +513,8 @@ class Auditor:
         for p in report.partitions:
             tp = by_tp[(p.target_topic, p.partition)]
             p.lso, p.hw = lso[tp], hw[tp]
-        prefix = f"{self.cfg.name}-shard-"
         listings = [t for rows in target.admin.list_transactions().values() for t in rows
-                    if t.transactional_id.startswith(prefix)]
+                    if transactional_ids.parse(self.cfg.name, t.transactional_id) is not None]
         described = target.admin.describe_transactions([t.transactional_id for t in listings]) if listings else {}
         now_ms = time.time() * 1000
         active: dict[int, tuple[str, set]] = {}

@@ -1,0 +1,62 @@
+"""One answer to "what now?" for every Kafka client error the job meets.
+
+librdkafka flags an error as fatal, retriable or abortable, but those flags alone do not say what a
+transactional copier must do: an authorization failure also asks for an abort, and no retry will
+ever fix it; a fenced producer is fatal to its instance, yet the shard must simply start over from
+the target. Every caller (the shard's copy loop, producer initialisation, offset reads, fencing)
+asks `classify` instead of reading the flags itself, so they all agree.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from confluent_kafka import KafkaError
+
+
+class Outcome(Enum):
+    FENCED = "fenced"  # another producer holds the transactional id: start over from the target
+    ABORT = "abort"  # the open transaction must be aborted; then start over from the target
+    RETRY = "retry"  # transient (coordinator moving or loading, timeout, connection): try again
+    RECREATE = "recreate"  # this client instance is unusable; a new one can go on
+    FATAL = "fatal"  # no retry can help: stop with the error
+
+
+_FENCED = frozenset({
+    KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+    KafkaError.INVALID_PRODUCER_ID_MAPPING,
+})
+# Retrying sends the same request and gets the same refusal.
+_FATAL = frozenset({
+    KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE,
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+    KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError._AUTHENTICATION, KafkaError._SSL,
+    KafkaError.UNSUPPORTED_VERSION, KafkaError._UNSUPPORTED_FEATURE, KafkaError._INVALID_ARG,
+    KafkaError.INVALID_CONFIG, KafkaError.INVALID_REQUEST, KafkaError.INVALID_TXN_STATE,
+    KafkaError.INVALID_TRANSACTION_TIMEOUT,
+})
+# Not flagged retriable by every librdkafka path, but they resolve by themselves.
+_TRANSIENT = frozenset({
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+    KafkaError.CONCURRENT_TRANSACTIONS, KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT,
+    KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_ENOUGH_REPLICAS,
+    KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
+    KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._WAIT_COORD,
+    KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.REBALANCE_IN_PROGRESS,
+})
+
+
+def classify(err: KafkaError) -> Outcome:
+    code = err.code()
+    if code in _FENCED:
+        return Outcome.FENCED
+    if code in _FATAL:
+        return Outcome.FATAL
+    if err.txn_requires_abort():
+        return Outcome.ABORT
+    if err.fatal():
+        return Outcome.RECREATE
+    if err.retriable() or code in _TRANSIENT:
+        return Outcome.RETRY
+    return Outcome.FATAL

@@ -1,0 +1,79 @@
+"""Start-up fencing on real brokers: every earlier writer of the job's transactional ids is fenced
+before the first record moves, including ones the fake group cannot name."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaException, Producer, TopicPartition
+
+from replicator import job
+from replicator.config import ReplicatorConfig
+from replicator.offsets import CommitMetadata
+from replicator.transactional_ids import FenceError
+from tests.kafka_helpers import create_topic, end_offsets
+
+
+def open_transaction(bootstrap: str, txn_id: str, topic: str, group: str | None = None,
+                     metadata: CommitMetadata | None = None) -> Producer:
+    """A writer of `txn_id` left with an open transaction on `topic` (a zombie or a killed run).
+    With `group`, it first commits an offset with `metadata`, as a shard of that job would."""
+    producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id,
+                         "transaction.timeout.ms": 600_000})
+    producer.init_transactions(30)
+    if group is not None:
+        from confluent_kafka import Consumer
+
+        reader = Consumer({"bootstrap.servers": bootstrap, "group.id": group})
+        producer.begin_transaction()
+        producer.produce(topic, b"copied", partition=0)
+        producer.send_offsets_to_transaction([TopicPartition(topic, 0, 1, metadata=metadata.encode())],
+                                             reader.consumer_group_metadata(), 30)
+        producer.commit_transaction(30)
+        reader.close()
+    producer.begin_transaction()
+    producer.produce(topic, b"left open", partition=0)
+    producer.flush(30)
+    return producer
+
+
+def assert_fenced(zombie: Producer, bootstrap: str, topic: str) -> None:
+    lso = end_offsets(bootstrap, topic, 1, committed=True)
+    hw = end_offsets(bootstrap, topic, 1, committed=False)
+    assert lso == hw, "the earlier writer's transaction is still open: read_committed readers are stalled"
+    with pytest.raises(KafkaException):
+        zombie.commit_transaction(10)
+
+
+def test_a_layout_killed_before_its_first_commit_is_fenced(sandbox, unique):
+    """A run with 5 shards died before committing anything, so the fake group records no layout;
+    the coordinators' transaction listing still names its ids."""
+    name, topic = f"fence-nc-{unique}", f"fence-nc-{unique}"
+    create_topic(sandbox.target.bootstrap, topic)
+    zombie = open_transaction(sandbox.target.bootstrap, f"{name}-shard-4", topic)
+    cfg = ReplicatorConfig(name=name, shards=2, target_bootstrap_servers=sandbox.target.bootstrap)
+    assert job.fence_previous_layouts(cfg) >= 3
+    assert_fenced(zombie, sandbox.target.bootstrap, topic)
+
+
+def test_a_renamed_job_fences_the_ids_of_its_old_name(sandbox, unique):
+    """`--name` changed, `--offsets-group` kept: the group's metadata names the old job."""
+    old, new, group, topic = f"old-{unique}", f"new-{unique}", f"grp-{unique}", f"fence-rn-{unique}"
+    create_topic(sandbox.target.bootstrap, topic)
+    meta = CommitMetadata("src", topic, 1, 0, 0, 0, old)
+    zombie = open_transaction(sandbox.target.bootstrap, f"{old}-shard-0", topic, group, meta)
+    cfg = ReplicatorConfig(name=new, offsets_group=group, shards=1,
+                           target_bootstrap_servers=sandbox.target.bootstrap)
+    job.fence_previous_layouts(cfg)
+    assert_fenced(zombie, sandbox.target.bootstrap, topic)
+
+
+def test_a_fence_the_broker_refuses_stops_the_start(sandbox, unique):
+    """Any id that cannot be fenced stops pre-flight with the ids and the broker's reason. The
+    transaction timeout here is above the broker's transaction.max.timeout.ms (15 min), which config
+    validation normally refuses: it makes init_transactions() fail for every id."""
+    cfg = ReplicatorConfig(name=f"fence-fail-{unique}", shards=2, transaction_timeout_ms=900_001,
+                           target_bootstrap_servers=sandbox.target.bootstrap)
+    with pytest.raises(FenceError) as e:
+        job.fence_previous_layouts(cfg)
+    assert f"fence-fail-{unique}-shard-0" in str(e.value) and f"fence-fail-{unique}-shard-1" in str(e.value)
+    assert "timeout" in str(e.value).lower()

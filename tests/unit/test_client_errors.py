@@ -1,0 +1,47 @@
+"""Every client error maps to one outcome; the copy loop, fencing and offset reads all ask `classify`."""
+
+from __future__ import annotations
+
+import pytest
+from confluent_kafka import KafkaError
+
+from replicator.client_errors import Outcome, classify
+
+
+@pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
+                                  KafkaError.INVALID_PRODUCER_ID_MAPPING])
+def test_fencing_is_fenced_whatever_the_flags(code):
+    assert classify(KafkaError(code, "x", fatal=True)) is Outcome.FENCED
+    assert classify(KafkaError(code, "x", txn_requires_abort=True)) is Outcome.FENCED
+
+
+@pytest.mark.parametrize("code", [KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.TOPIC_AUTHORIZATION_FAILED,
+                                  KafkaError.GROUP_AUTHORIZATION_FAILED,
+                                  KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+                                  KafkaError.SASL_AUTHENTICATION_FAILED, KafkaError.INVALID_TRANSACTION_TIMEOUT])
+def test_what_no_retry_can_fix_is_fatal_even_when_abortable(code):
+    # librdkafka flags a refused produce as abortable; aborting and retrying gets the same refusal.
+    assert classify(KafkaError(code, "x", txn_requires_abort=True)) is Outcome.FATAL
+    assert classify(KafkaError(code, "x", retriable=True)) is Outcome.FATAL
+
+
+def test_abortable_transaction_error_is_abort():
+    assert classify(KafkaError(KafkaError._STATE, "x", txn_requires_abort=True)) is Outcome.ABORT
+    assert classify(KafkaError(KafkaError.TRANSACTION_ABORTABLE, "x", txn_requires_abort=True)) is Outcome.ABORT
+
+
+def test_fatal_producer_state_means_recreate():
+    assert classify(KafkaError(KafkaError._STATE, "x", fatal=True)) is Outcome.RECREATE
+
+
+@pytest.mark.parametrize("code", [KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
+                                  KafkaError.NOT_COORDINATOR, KafkaError.CONCURRENT_TRANSACTIONS,
+                                  KafkaError._TIMED_OUT, KafkaError.REQUEST_TIMED_OUT, KafkaError._TRANSPORT,
+                                  KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_ENOUGH_REPLICAS])
+def test_transient_errors_retry_even_without_the_retriable_flag(code):
+    assert classify(KafkaError(code, "x")) is Outcome.RETRY
+
+
+def test_flagged_retriable_is_retry_and_unknown_is_fatal():
+    assert classify(KafkaError(KafkaError.UNKNOWN, "x", retriable=True)) is Outcome.RETRY
+    assert classify(KafkaError(KafkaError.UNKNOWN, "x")) is Outcome.FATAL
