@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -10,6 +12,7 @@ from pathlib import Path
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from bench import reaper
 from replicator.sandbox import classpath
 
 
@@ -66,10 +69,22 @@ def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int
     loader on the box, so preloading stays a small part of a run. Returns seconds taken."""
     create_topic(bootstrap, topic, partitions)
     started = time.monotonic()
-    cmd = ["java", "-Xmx512m", "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
+    # 64 MiB of send buffer keeps the broker busy; 256 MiB in a 512 MiB heap ran out of memory
+    # (OutOfMemoryError: Java heap space) on a fresh sandbox, twice in two tries.
+    cmd = ["java", "-Xmx768m", "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
            "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
            "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=20",
-           "batch.size=1048576", "buffer.memory=268435456"]
+           "batch.size=1048576", f"buffer.memory={64 * 1024 * 1024}"]
     with open(log, "ab") as out:
-        subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, check=True, timeout=1800)
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                start_new_session=True)
+        reaper.watch(proc.pid)
+        try:
+            rc = proc.wait(timeout=1800)
+        finally:
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+    if rc != 0:
+        raise RuntimeError(f"preloading {topic} failed (exit {rc}); see {log}")
     return time.monotonic() - started

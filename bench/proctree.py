@@ -10,6 +10,8 @@ from pathlib import Path
 
 import psutil
 
+from bench import reaper
+
 
 class Tree:
     """One started command and all its descendants (Spark JVM, Python workers, ...)."""
@@ -20,6 +22,7 @@ class Tree:
         with open(log, "ab") as out:
             self.proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                          env={**os.environ, **(env or {})}, start_new_session=True)
+        reaper.watch(self.proc.pid)
         self.root = psutil.Process(self.proc.pid)
         self.peak_rss = 0
         self._dead_cpu: dict[int, float] = {}

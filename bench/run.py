@@ -15,9 +15,10 @@ import json
 import os
 import sys
 import time
+import traceback
 from pathlib import Path
 
-from bench import catchup, kafka_ops, report, steady
+from bench import catchup, kafka_ops, reaper, report, steady
 from bench.contenders import Job, all_contenders
 from replicator.sandbox import Sandbox
 
@@ -55,10 +56,15 @@ def main(argv: list[str] | None = None) -> int:
         keys = args.only.split(",")
         contenders = [c for c in contenders if c.key in keys]
     box = Sandbox()
-    started_box = not (box.source.running() and box.target.running())
-    box.up()
     logdir = box.source.root / "bench-logs" / time.strftime("%Y%m%d-%H%M%S")
     logdir.mkdir(parents=True, exist_ok=True)
+    reaper.start(logdir / "started.pids")
+    started_box = not (box.source.running() and box.target.running())
+    box.up()
+    if started_box:  # a sandbox the user already ran is theirs to keep
+        for cluster in (box.source, box.target):
+            if cluster.pid():
+                reaper.watch(cluster.pid())
     stamp = f"{int(time.time()) % 100000:05d}"
     doc = {"command": " ".join([".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
            "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
@@ -84,8 +90,10 @@ def main(argv: list[str] | None = None) -> int:
                     for c in contenders:
                         j = job(topics[size], size, records)
                         doc["load"].append([time.time(), *os.getloadavg()])
-                        r = catchup.measure(c, j, run, args.timeout)
-                        kafka_ops.delete_topics(j.target, j.tag)
+                        r = _guarded(lambda: catchup.measure(c, j, run, args.timeout),  # noqa: B023
+                                     lambda e: catchup.CatchUp(c.key, size, records, run, ok=False,  # noqa: B023
+                                                               error=f"bench error: {e}"))
+                        _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
                         doc["catchup"].append(r.to_dict())
                         save()
                         status = (f"{r.records_per_s:10.0f} rec/s {r.mb_per_s:7.1f} MB/s "
@@ -101,9 +109,11 @@ def main(argv: list[str] | None = None) -> int:
                 for c in steady_contenders:
                     j = job(f"steady-{stamp}-{seq + 1:03d}", 1024, 0)
                     doc["load"].append([time.time(), *os.getloadavg()])
-                    s, r = steady.measure(c, j, run, max_rate, step)
-                    kafka_ops.delete_topics(j.target, j.tag)
-                    kafka_ops.delete_topics(j.source, j.topic)
+                    s, r = _guarded(lambda: steady.measure(c, j, run, max_rate, step),  # noqa: B023
+                                    lambda e: ([], {"contender": c.key, "run": run,  # noqa: B023
+                                                    "peak_rss_mb": 0.0, "error": f"bench error: {e}"}))
+                    _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                    _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
                     doc["steady"] += s
                     doc["restart"].append(r)
                     save()
@@ -120,6 +130,22 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_report:
         report.write(doc, ROOT / "BENCHMARKS.md", ROOT / "bench" / "throughput.png")
     return 0
+
+
+def _guarded(measure, on_error):
+    """A contender or harness failure is a result to report, never the end of the whole run."""
+    try:
+        return measure()
+    except Exception as e:  # noqa: BLE001 - whatever failed is written into the results
+        traceback.print_exc()
+        return on_error(f"{type(e).__name__}: {e}")
+
+
+def _tidy(action) -> None:
+    try:
+        action()
+    except Exception as e:  # noqa: BLE001 - a leftover topic only costs disk
+        print(f"cleanup failed (continuing): {e}", flush=True)
 
 
 def _preloaded(box: Sandbox, size: int, records: int, logdir: Path) -> str:
