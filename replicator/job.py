@@ -24,7 +24,7 @@ from replicator.config import ReplicatorConfig
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.lag import partition_lags
-from replicator.offsets import keep_alive, read_group
+from replicator.offsets import read_group
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
@@ -229,14 +229,11 @@ class Replicator:
         self.mappings: list[topic_sync.TopicMapping] = []
         self.spark = None
         self.query = None
-        self._started = time.monotonic()
-        self._last_commit: dict[tuple[str, int], float] = {}  # source partition -> monotonic time
 
     def _on_batch(self, stats: dict) -> None:
-        now = time.monotonic()
-        for key in stats.get("partitions", {}):
-            topic, _, p = key.rpartition("|")
-            self._last_commit[(topic, int(p))] = now
+        if refreshed := stats.get("refreshed", 0):
+            log.info("re-committed the offsets of %d idle partitions so the group never expires them", refreshed,
+                     extra={"event": "offsets_refreshed", "partitions": refreshed})
         for o in self.observers:
             o.on_batch(stats)
 
@@ -303,7 +300,6 @@ class Replicator:
                     log.warning("lag lookup failed: %s", e.args[0].str())
                 for o in self.observers:
                     o.on_lag(lags)
-                self._keep_idle_offsets_alive()
                 rate = (self.stats.records - last_records) / PROGRESS_INTERVAL_S
                 last_records = self.stats.records
                 log.info("progress: %d records copied (%.0f/s), lag %s offsets over %d partitions, %d batches",
@@ -324,23 +320,6 @@ class Replicator:
                   extra={"event": "promoted"})
         self.stop_requested.set()
         return True
-
-    def _keep_idle_offsets_alive(self) -> None:
-        now, every = time.monotonic(), self.cfg.offsets_refresh_interval_seconds
-        idle = [(m.source, m.target, p) for m in self.mappings for p in range(m.partitions)
-                if now - self._last_commit.get((m.source, p), self._started) >= every]
-        if not idle:
-            return
-        try:
-            refreshed = keep_alive(self.cfg, idle)
-        except KafkaException as e:
-            log.warning("refreshing idle partitions' offsets failed (retried next time): %s", e.args[0].str())
-            return
-        for source, _, p in idle:
-            self._last_commit[(source, p)] = now
-        if refreshed:
-            log.info("re-committed the offsets of %d idle partitions so the group never expires them", refreshed,
-                     extra={"event": "offsets_refreshed", "partitions": refreshed})
 
     def _on_deleted(self, topics: list[str]) -> None:
         for topic in topics:

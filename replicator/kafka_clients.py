@@ -99,11 +99,6 @@ def group_reader(cfg: ReplicatorConfig) -> Consumer:
     })
 
 
-def is_fenced(err: KafkaError) -> bool:
-    return err.code() in (KafkaError._FENCED, KafkaError.PRODUCER_FENCED,
-                          KafkaError.INVALID_PRODUCER_EPOCH, KafkaError.INVALID_PRODUCER_ID_MAPPING)
-
-
 def kafka_error(exc: BaseException) -> KafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]

@@ -69,6 +69,7 @@ class CopyStats:
     fenced: int = 0
     producer_recreations: int = 0
     data_loss_events: int = 0
+    refreshed: int = 0  # idle partitions whose unchanged offsets were re-committed
     transaction_seconds: list[float] = field(default_factory=list)
     latency_seconds: list[float] = field(default_factory=list)
     # "topic|partition" -> [records, bytes, next source offset, commit unix time]
@@ -151,12 +152,16 @@ class ShardCopier:
             _cluster_ids[key + "|index"] = str(len(md.partitions))
         return int(_cluster_ids[key + "|index"])
 
-    def copy(self, ranges: list[CopyRange]) -> CopyStats:
+    def copy(self, ranges: list[CopyRange], refresh: list[tuple[str, str, int]] | None = None) -> CopyStats:
+        """Copies `ranges`, then re-commits the unchanged offsets of the idle partitions in `refresh`
+        (source topic, target topic, partition) so the group never expires them."""
         for attempt in range(1, MAX_ATTEMPTS + 1):
             producer = None
             try:
                 producer = self._new_producer()
                 self._copy_with(producer, ranges)
+                if refresh:
+                    self._refresh(producer, refresh)
                 return self.stats
             except KafkaException as e:
                 err = e.args[0]
@@ -229,6 +234,21 @@ class ShardCopier:
             if self.fault == "fail-after-commit" and not injected:
                 raise InjectedFault("test fault: failing after the first committed transaction")
             injected = injected or bool(self.fault)
+
+    def _refresh(self, producer: Producer, idle: list[tuple[str, str, int]]) -> None:
+        # Values read after this task's init_transactions(): no zombie can move them any more.
+        committed = read_committed(self.group, [(t, p) for _, t, p in idle])
+        offsets = [TopicPartition(t, p, c.offset, metadata=c.metadata.encode() if c.metadata else None)
+                   for (t, p), c in sorted(committed.items()) if c.offset >= 0]
+        if not offsets:
+            return
+        if self.cfg.exactly_once:
+            producer.begin_transaction()
+            producer.send_offsets_to_transaction(offsets, self.group.consumer_group_metadata(), 60)
+            producer.commit_transaction(60)
+        else:
+            self.group.commit(offsets=offsets, asynchronous=False)
+        self.stats.refreshed = len(offsets)
 
     def _resume_points(self, ranges: list[CopyRange]) -> dict[tuple[str, int], _PartitionState]:
         committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])

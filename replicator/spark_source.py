@@ -4,6 +4,14 @@ Planning (driver): offsets are `{source_topic: {"partition": offset}}`. The firs
 fake group's offsets on the target; every batch ends at the source's last stable offsets, cut down
 by admission control. `partitions()` turns a batch into one input partition per shard.
 
+Idle partitions: a never-joined group's offsets expire `offsets.retention.minutes` after their last
+commit, which would make the next start copy an idle partition again. The planner hands a partition
+that no batch touched for `offsets_refresh_interval_seconds` to its owning shard's next task, which
+re-commits the unchanged offset in its own transaction. Only the owner writes under its
+transactional id: a refresh from anywhere else would fence the shard's running writer. A batch that
+has nothing but refreshes to do is forced by an epoch under the `REFRESH_KEY` pseudo-topic (not a
+legal Kafka topic name).
+
 Copying (executors): the reader emits one row per shard describing its ranges; the writer's task
 runs that shard's exactly-once copy (`shard_copy`) in the same Python worker that produces. Records
 therefore cross from the source consumer to the target producer without a round trip through the
@@ -42,6 +50,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = StructType([StructField("shard", IntegerType(), False), StructField("ranges", StringType(), False)])
 Offsets = dict[str, dict[str, int]]
+REFRESH_KEY = "#refresh"
 
 
 class ReplicatorDataSource(DataSource):
@@ -62,7 +71,9 @@ class ReplicatorDataSource(DataSource):
 @dataclass
 class ShardPlan(InputPartition):
     shard: int
-    ranges: str  # JSON list of [source_topic, target_topic, partition, start, end]
+    # JSON {"copy": [[source_topic, target_topic, partition, start, end], ...],
+    #       "refresh": [[source_topic, target_topic, partition], ...]}
+    ranges: str
 
 
 class ReplicationPlanner(DataSourceStreamReader):
@@ -77,6 +88,9 @@ class ReplicationPlanner(DataSourceStreamReader):
         self._admins = None
         self._topics: dict[str, tuple[str, int]] = {}  # source -> (target, partitions)
         self._refreshed = 0.0
+        self._started = time.monotonic()
+        self._last_planned: dict[tuple[str, int], float] = {}  # source partition -> last batch with its range
+        self._refresh_epochs: dict[int, list[tuple[str, int]]] = {}  # epoch -> partitions it re-commits
 
     # -- Kafka lookups ----------------------------------------------------------------------
     def _clients(self):
@@ -166,21 +180,47 @@ class ReplicationPlanner(DataSourceStreamReader):
         new = [tp for tp in tps if str(tp[1]) not in start.get(tp[0], {})]
         begin = {tp: start[tp[0]][str(tp[1])] for tp in tps if tp not in new}
         begin.update(self._list_offsets(OffsetSpec.earliest, new))
-        return _admit(begin, latest, self.cfg.max_records_per_batch, _max_rows(limit))
+        end = _admit(begin, latest, self.cfg.max_records_per_batch, _max_rows(limit))
+        return self._with_refresh(start, end, begin)
+
+    def _with_refresh(self, start: Offsets, end: Offsets, begin: dict[tuple[str, int], int]) -> Offsets:
+        """Carries the refresh epoch forward, one up when idle partitions are due (see the module doc)."""
+        now = time.monotonic()
+        for (topic, p), b in begin.items():
+            if end[topic][str(p)] > b:
+                self._last_planned[(topic, p)] = now
+        due = [tp for tp in begin
+               if end[tp[0]][str(tp[1])] == begin[tp] and begin[tp] > 0
+               and now - self._last_planned.get(tp, self._started) >= self.cfg.offsets_refresh_interval_seconds]
+        epoch = start.get(REFRESH_KEY, {}).get("epoch", 0)
+        if due:
+            epoch += 1
+            self._refresh_epochs = {epoch: sorted(due)}  # an epoch not yet planned is superseded
+            for tp in due:
+                self._last_planned[tp] = now
+        return {**end, REFRESH_KEY: {"epoch": epoch}}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[ShardPlan]:
-        by_shard: dict[int, list] = {}
+        by_shard: dict[int, dict[str, list]] = {}
+
+        def work(topic: str, p: int) -> dict[str, list]:
+            return by_shard.setdefault(shard_of(topic, p, self.cfg.shard_count), {"copy": [], "refresh": []})
+
         for topic, ends in sorted(end.items()):
             target = self._topics.get(topic, (None,))[0]
             if target is None:
-                continue  # topic vanished from the selection
+                continue  # topic vanished from the selection (or the refresh epoch)
             for p_str, e in ends.items():
                 p = int(p_str)
                 s = start.get(topic, {}).get(p_str, -1)
                 if e > s:
-                    shard = shard_of(topic, p, self.cfg.shard_count)
-                    by_shard.setdefault(shard, []).append([topic, target, p, s, e])
-        return [ShardPlan(shard, json.dumps(ranges)) for shard, ranges in sorted(by_shard.items())]
+                    work(topic, p)["copy"].append([topic, target, p, s, e])
+        epoch = end.get(REFRESH_KEY, {}).get("epoch", 0)
+        if epoch != start.get(REFRESH_KEY, {}).get("epoch", 0):
+            for topic, p in self._refresh_epochs.pop(epoch, []):
+                if topic in self._topics:
+                    work(topic, p)["refresh"].append([topic, self._topics[topic][0], p])
+        return [ShardPlan(shard, json.dumps(w)) for shard, w in sorted(by_shard.items())]
 
     def read(self, partition: ShardPlan) -> Iterator[tuple[int, str]]:
         yield (partition.shard, partition.ranges)
@@ -240,8 +280,9 @@ class ShardWriter(DataSourceStreamWriter):
         fault = fault_for_attempt(ctx.attemptNumber() if ctx else 0)
         total: dict = {}
         for row in iterator:
-            ranges = [CopyRange(*r) for r in json.loads(row.ranges)]
-            stats = ShardCopier(cfg, row.shard, fault).copy(ranges).to_dict()
+            work = json.loads(row.ranges)
+            ranges = [CopyRange(*r) for r in work["copy"]]
+            stats = ShardCopier(cfg, row.shard, fault).copy(ranges, [tuple(r) for r in work["refresh"]]).to_dict()
             total = _merge(total, stats)
         return ShardCommitMessage(total)
 

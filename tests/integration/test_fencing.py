@@ -3,6 +3,9 @@ before the first record moves, including ones the fake group cannot name."""
 
 from __future__ import annotations
 
+import threading
+import time
+
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
@@ -11,6 +14,7 @@ from replicator.config import ReplicatorConfig
 from replicator.offsets import CommitMetadata
 from replicator.transactional_ids import FenceError
 from tests.kafka_helpers import create_topic, end_offsets
+from tests.replicator_process import ReplicatorProcess, wait_until
 
 
 def open_transaction(bootstrap: str, txn_id: str, topic: str, group: str | None = None,
@@ -77,3 +81,40 @@ def test_a_fence_the_broker_refuses_stops_the_start(sandbox, unique):
         job.fence_previous_layouts(cfg)
     assert f"fence-fail-{unique}-shard-0" in str(e.value) and f"fence-fail-{unique}-shard-1" in str(e.value)
     assert "timeout" in str(e.value).lower()
+
+
+def test_idle_offset_refresh_never_fences_the_running_writer(sandbox, unique, tmp_path):
+    """Partition 1 is idle while partition 0 keeps its shard's task busy. The old refresh called
+    init_transactions() on the shard's id from the driver and fenced that running task, which
+    raised a false "another instance" alarm; the owning task now re-commits in its own transaction."""
+    topic, name = f"refresh-{unique}", f"refresh-{unique}"
+    create_topic(sandbox.source.bootstrap, topic, 2)
+    producer = Producer({"bootstrap.servers": sandbox.source.bootstrap, "linger.ms": 0})
+    for i in range(10):
+        producer.produce(topic, f"idle-{i}".encode(), partition=1)
+    producer.flush(30)
+    stop, sent = threading.Event(), [0]
+
+    def trickle() -> None:
+        while not stop.is_set():
+            producer.produce(topic, f"busy-{sent[0]}".encode(), partition=0)
+            producer.flush(10)
+            sent[0] += 1
+            time.sleep(0.02)
+
+    env = {"REPLICATOR_OFFSETS_REFRESH_INTERVAL_SECONDS": "3"}
+    thread = threading.Thread(target=trickle, daemon=True)
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--shards", "1", env=env) as job:
+        thread.start()
+        try:
+            wait_until(lambda: job.log().count("re-committed the offsets of 1 idle partitions") >= 4, 180,
+                       "four refreshes of the idle partition", job)
+        finally:
+            stop.set()
+            thread.join()
+        wait_until(lambda: end_offsets(sandbox.target.bootstrap, topic, 2) == end_offsets(
+            sandbox.source.bootstrap, topic, 2), 120, "catch-up", job)
+        assert job.sigterm() == 0
+    log = job.log()
+    assert "shard fenced" not in log, "a refresh fenced the shard's own writer"
+    assert end_offsets(sandbox.target.bootstrap, topic, 2)[1] == 10

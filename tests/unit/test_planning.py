@@ -50,12 +50,34 @@ def test_partitions_give_each_shard_only_its_advancing_ranges():
     plans = planner.partitions(start, end)
     seen = {}
     for plan in plans:
-        for src, dst, p, s, e in json.loads(plan.ranges):
+        work = json.loads(plan.ranges)
+        assert work["refresh"] == []
+        for src, dst, p, s, e in work["copy"]:
             assert (src, dst) == ("orders", "dr.orders")
             assert shard_of(src, p, 3) == plan.shard
             seen[p] = (s, e)
     assert seen == {p: (10, 20) for p in range(6) if p != 2}
     assert [p.shard for p in plans] == sorted({p.shard for p in plans})
+
+
+def test_idle_partitions_go_to_their_owning_shard_for_a_refresh_once_due():
+    """Only the shard task that owns a partition re-commits its offset (a refresh from the driver
+    would fence that shard's running writer); a batch with only refreshes is forced by an epoch."""
+    cfg = ReplicatorConfig(name="plan", shards=2, offsets_refresh_interval_seconds=1.0)
+    planner = ReplicationPlanner({"config": cfg.to_json()})
+    planner._topics = {"t": ("t", 3)}
+    start = {"t": {"0": 5, "1": 7, "2": 0}}
+    begin = {("t", 0): 5, ("t", 1): 7, ("t", 2): 0}
+    busy = {"t": {"0": 9, "1": 7, "2": 0}}  # partition 0 advances; 1 idle; 2 never had data
+    planner._started -= 10  # the job has run longer than the refresh interval
+    end = planner._with_refresh(start, busy, begin)
+    assert end["#refresh"] == {"epoch": 1}
+    plans = {p.shard: json.loads(p.ranges) for p in planner.partitions(start, end)}
+    assert plans[shard_of("t", 1, 2)]["refresh"] == [["t", "t", 1]]
+    assert all(["t", "t", 0] not in w["refresh"] and ["t", "t", 2] not in w["refresh"] for w in plans.values())
+    # Just refreshed: nothing is due, the epoch stays and an idle source plans no batch at all.
+    again = planner._with_refresh(end, {"t": {"0": 9, "1": 7, "2": 0}}, {("t", 0): 9, ("t", 1): 7, ("t", 2): 0})
+    assert again == end
 
 
 def test_stats_merge_adds_counts_and_keeps_the_furthest_offset():
