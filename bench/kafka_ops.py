@@ -9,8 +9,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import reaper
 from replicator.sandbox import classpath
@@ -45,20 +45,30 @@ def topic_exists(bootstrap: str, name: str) -> bool:
 
 class CommittedEnds:
     """Sum of the last stable offsets of a topic: how many records a read_committed reader can see
-    (on a topic written only by one contender, from offset 0; markers are counted, see visible())."""
+    (on a topic written only by one contender, from offset 0; markers are counted, see visible()).
+
+    Polled every 100 ms while contenders create and delete topics, which is where a bench process
+    once died of a segmentation fault inside librdkafka. The poll goes through kafka-python, a pure
+    Python client: whatever goes wrong there is an exception, and a failed poll is just "not yet"."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        self.admin = admin(bootstrap)
+        from kafka import KafkaAdminClient
+
+        self.admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=10_000)
         self.topic, self.partitions = topic, partitions
 
     def ends(self, committed: bool = True) -> dict[int, int]:
-        level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
-        req = {TopicPartition(self.topic, p): OffsetSpec.latest() for p in range(self.partitions)}
+        from kafka import IsolationLevel as Level
+        from kafka import TopicPartition as TP
+        from kafka.admin import OffsetSpec as Spec
+
+        level = Level.READ_COMMITTED if committed else Level.READ_UNCOMMITTED
         try:
-            futs = self.admin.list_offsets(req, isolation_level=level, request_timeout=10)
-            return {tp.partition: f.result().offset for tp, f in futs.items()}
-        except KafkaException:
-            return {}  # topic not created yet, or leader moving
+            got = self.admin.list_partition_offsets({TP(self.topic, p): Spec.LATEST for p in range(self.partitions)},
+                                                    isolation_level=level, timeout_ms=10_000)
+            return {tp.partition: o.offset for tp, o in got.items()}
+        except Exception:  # noqa: BLE001 - topic not created yet, leader moving: not yet visible
+            return {}
 
     def total(self, committed: bool = True) -> int:
         return sum(self.ends(committed).values())
