@@ -89,7 +89,8 @@ class ReplicationPlanner(DataSourceStreamReader):
         self._topics: dict[str, tuple[str, int]] = {}  # source -> (target, partitions)
         self._refreshed = 0.0
         self._started = time.monotonic()
-        self._last_planned: dict[tuple[str, int], float] = {}  # source partition -> last batch with its range
+        self._last_copied: dict[tuple[str, int], float] = {}  # source partition -> last batch that advanced it
+        self._copied_to: dict[tuple[str, int], int] = {}
         self._refresh_epochs: dict[int, list[tuple[str, int]]] = {}  # epoch -> partitions it re-commits
 
     # -- Kafka lookups ----------------------------------------------------------------------
@@ -162,7 +163,7 @@ class ReplicationPlanner(DataSourceStreamReader):
         out: Offsets = {}
         for s, p in tps:
             c = committed.get((self._topics[s][0], p))
-            out.setdefault(s, {})[str(p)] = c.offset if c is not None else earliest[(s, p)]
+            out.setdefault(s, {})[str(p)] = self._copied_to[(s, p)] = c.offset if c is not None else earliest[(s, p)]
         return out
 
     def latestOffset(self, start: Offsets, limit=None) -> Offsets:
@@ -186,18 +187,15 @@ class ReplicationPlanner(DataSourceStreamReader):
     def _with_refresh(self, start: Offsets, end: Offsets, begin: dict[tuple[str, int], int]) -> Offsets:
         """Carries the refresh epoch forward, one up when idle partitions are due (see the module doc)."""
         now = time.monotonic()
-        for (topic, p), b in begin.items():
-            if end[topic][str(p)] > b:
-                self._last_planned[(topic, p)] = now
         due = [tp for tp in begin
                if end[tp[0]][str(tp[1])] == begin[tp] and begin[tp] > 0
-               and now - self._last_planned.get(tp, self._started) >= self.cfg.offsets_refresh_interval_seconds]
+               and now - self._last_copied.get(tp, self._started) >= self.cfg.offsets_refresh_interval_seconds]
         epoch = start.get(REFRESH_KEY, {}).get("epoch", 0)
         if due:
             epoch += 1
             self._refresh_epochs = {epoch: sorted(due)}  # an epoch not yet planned is superseded
             for tp in due:
-                self._last_planned[tp] = now
+                self._last_copied[tp] = now
         return {**end, REFRESH_KEY: {"epoch": epoch}}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[ShardPlan]:
@@ -226,7 +224,17 @@ class ReplicationPlanner(DataSourceStreamReader):
         yield (partition.shard, partition.ranges)
 
     def commit(self, end: Offsets) -> None:
-        pass  # the truth was committed on the target, in the writers' transactions
+        # The truth was committed on the target, in the writers' transactions; this only tells the
+        # idle-partition refresh which partitions a finished batch advanced.
+        now = time.monotonic()
+        for topic, ends in end.items():
+            if topic == REFRESH_KEY:
+                continue
+            for p_str, e in ends.items():
+                tp = (topic, int(p_str))
+                if e > self._copied_to.get(tp, -1):
+                    self._last_copied[tp] = now
+                    self._copied_to[tp] = e
 
 
 def _max_rows(limit) -> int | None:
