@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration chaos versions bench jars debs containertools image image-test clean sandbox-up sandbox-down
+.PHONY: demo test lint unit integration chaos versions bench jars debs containertools image image-test clean sandbox-up sandbox-down soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -49,7 +49,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) jars debs lint deploytools
-	$(BIN)/pytest -q -m "not chaos and not image and not versions" tests
+	$(BIN)/pytest -q -m "not chaos and not image and not versions and not soak" tests
 
 # The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
 # Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).
@@ -65,6 +65,10 @@ chaos: $(STAMP) jars
 # The engine's exactly-once check across Kafka 3.6 / 3.9 (KRaft and ZooKeeper) / 4.1 pairs (RELIABILITY.md).
 versions: $(STAMP) jars
 	$(BIN)/pytest -q -m versions tests/integration/test_versions.py
+
+# An hour of steady replication with periodic faults (RELIABILITY.md); REPLICATOR_SOAK_MINUTES shortens it.
+soak: $(STAMP) jars
+	REPLICATOR_SOAK_OUT=$(CURDIR)/.soak $(BIN)/pytest -q -s -m soak tests
 
 bench: $(STAMP) jars
 	$(BIN)/python -m bench.run $(BENCH_ARGS)

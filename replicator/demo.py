@@ -21,6 +21,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator import config as config_mod
+from replicator.kafka_clients import with_logging
 from replicator.lag import partition_lags
 from replicator.offsets import read_group
 from replicator.sample_data import SampleProducer
@@ -70,8 +71,9 @@ def _compare(source: str, target: str) -> dict[str, int]:
     from confluent_kafka import Consumer, TopicPartition
 
     def read(bootstrap: str) -> dict[int, list]:
-        c = Consumer({"bootstrap.servers": bootstrap, "group.id": "demo-compare", "enable.auto.commit": False,
-                      "isolation.level": "read_committed", "enable.partition.eof": True})
+        c = Consumer(with_logging({"bootstrap.servers": bootstrap, "group.id": "demo-compare",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "enable.partition.eof": True}))
         c.assign([TopicPartition(TOPIC, p, 0) for p in range(PARTITIONS)])
         out: dict[int, list] = {p: [] for p in range(PARTITIONS)}
         eof: set[int] = set()
@@ -96,8 +98,8 @@ def _compare(source: str, target: str) -> dict[str, int]:
 
 
 def _lag(cfg: config_mod.ReplicatorConfig) -> int:
-    src = AdminClient({"bootstrap.servers": cfg.source_bootstrap_servers})
-    tgt = AdminClient({"bootstrap.servers": cfg.target_bootstrap_servers})
+    src = AdminClient(with_logging({"bootstrap.servers": cfg.source_bootstrap_servers}))
+    tgt = AdminClient(with_logging({"bootstrap.servers": cfg.target_bootstrap_servers}))
     return sum(x.records for x in partition_lags(cfg, src, tgt, [TopicMapping(TOPIC, TOPIC, PARTITIONS)]))
 
 
@@ -106,7 +108,8 @@ def _copied(bootstrap: str) -> int:
 
 
 def _group_offsets(bootstrap: str) -> dict[int, int]:
-    reader = Consumer({"bootstrap.servers": bootstrap, "group.id": f"__replicator.{NAME}", "enable.auto.commit": False})
+    reader = Consumer(with_logging({"bootstrap.servers": bootstrap, "group.id": f"__replicator.{NAME}",
+                                    "enable.auto.commit": False}))
     group = read_group(reader, [TOPIC])
     reader.close()
     return {p: c.offset for (t, p), c in sorted(group.items()) if t == TOPIC}
@@ -138,7 +141,7 @@ def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
     cfg = config_mod.load({"source_bootstrap_servers": box.source.bootstrap,
                            "target_bootstrap_servers": box.target.bootstrap, "topics": r"demo\..*",
                            "name": NAME}, environ={})
-    admin = AdminClient({"bootstrap.servers": box.source.bootstrap})  # alive until its future resolves
+    admin = AdminClient(with_logging({"bootstrap.servers": box.source.bootstrap}))  # alive until its future resolves
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
     producer = SampleProducer(box.source.bootstrap, TOPIC, PARTITIONS, records_per_second=rate)
     producer.start()

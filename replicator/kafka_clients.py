@@ -7,6 +7,7 @@ guarantee rests on are set last and cannot be overridden (config validation reje
 from __future__ import annotations
 
 import contextlib
+import logging
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
@@ -14,16 +15,27 @@ from confluent_kafka.admin import AdminClient
 from replicator.acls import source_reader_group
 from replicator.config import ReplicatorConfig
 
+# librdkafka's own lines ("Connect to ... failed", PID retries) go through our logging, in the job's
+# log format, instead of straight to stderr as "%4|...|GETPID|..."; clients serve them when polled.
+LIBRDKAFKA_LOG = logging.getLogger("replicator.librdkafka")
+
+
+def with_logging(props: dict) -> dict:
+    return {**props, "logger": LIBRDKAFKA_LOG}
+
+
 # Kafka 4 broker default for message.max.bytes is 1,048,588; librdkafka's client default is lower.
 _MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 
 def source_admin(cfg: ReplicatorConfig, errors: list[str] | None = None) -> AdminClient:
-    return AdminClient(_admin_props(cfg.client_properties("source"), cfg.source_bootstrap_servers, errors))
+    return AdminClient(with_logging(_admin_props(cfg.client_properties("source"), cfg.source_bootstrap_servers,
+                                             errors)))
 
 
 def target_admin(cfg: ReplicatorConfig, errors: list[str] | None = None) -> AdminClient:
-    return AdminClient(_admin_props(cfg.client_properties("target"), cfg.target_bootstrap_servers, errors))
+    return AdminClient(with_logging(_admin_props(cfg.client_properties("target"), cfg.target_bootstrap_servers,
+                                             errors)))
 
 
 def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
@@ -37,7 +49,7 @@ def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
 
 def source_consumer(cfg: ReplicatorConfig) -> Consumer:
     """Reads assigned ranges only; never subscribes and never commits on the source."""
-    return Consumer({
+    return Consumer(with_logging({
         "fetch.wait.max.ms": 100,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
@@ -55,7 +67,7 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         "enable.partition.eof": True,
         # An out-of-range start means retention overtook replication: surface it, never reset silently.
         "auto.offset.reset": "error",
-    })
+    }))
 
 
 def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Producer:
@@ -75,6 +87,7 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
         "enable.idempotence": True,
         "acks": "all",
     }
+    props = with_logging(props)
     if transactional_id is None:
         return Producer(props)
     props["transactional.id"] = transactional_id
@@ -89,14 +102,14 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
 
 def group_reader(cfg: ReplicatorConfig) -> Consumer:
     """A member-less handle on the fake group: reads its committed offsets, supplies its metadata."""
-    return Consumer({
+    return Consumer(with_logging({
         **cfg.client_properties("target"),
         "bootstrap.servers": cfg.target_bootstrap_servers,
         "group.id": cfg.group,
         "enable.auto.commit": False,
         # Stable offsets only: pending transactional commits are waited for, never read.
         "isolation.level": "read_committed",
-    })
+    }))
 
 
 def kafka_error(exc: BaseException) -> KafkaError | None:

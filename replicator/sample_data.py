@@ -10,6 +10,8 @@ import time
 
 from confluent_kafka import Producer
 
+from replicator.kafka_clients import with_logging
+
 
 class SampleProducer(threading.Thread):
     def __init__(self, bootstrap: str, topic: str, partitions: int, records_per_second: int = 5_000,
@@ -33,8 +35,8 @@ class SampleProducer(threading.Thread):
             self.error = e
 
     def _run(self) -> None:
-        producer = Producer({"bootstrap.servers": self.bootstrap, "transactional.id": f"demo-{self.topic}",
-                             "linger.ms": 5})
+        producer = Producer(with_logging({"bootstrap.servers": self.bootstrap,
+                                           "transactional.id": f"demo-{self.topic}", "linger.ms": 5}))
         producer.init_transactions(60)
         rng, seq, txn = random.Random(7), 0, 0
         while not self._halt.is_set():

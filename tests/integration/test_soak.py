@@ -1,0 +1,36 @@
+"""`make soak`: an hour of steady replication with periodic faults; tests/chaos/soak.py says what is
+sampled and the bounds checked. RELIABILITY.md records a run.
+
+    REPLICATOR_SOAK_MINUTES (60)  REPLICATOR_SOAK_RATE (records/s, 2000)  REPLICATOR_SOAK_FAULT_EVERY_S (300)
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.soak import SoakRun
+
+MINUTES = float(os.environ.get("REPLICATOR_SOAK_MINUTES", "60"))
+RATE = int(os.environ.get("REPLICATOR_SOAK_RATE", "2000"))
+FAULT_EVERY_S = float(os.environ.get("REPLICATOR_SOAK_FAULT_EVERY_S", "300"))
+
+
+@pytest.mark.soak
+def test_soak(sandbox, unique, tmp_path):
+    out = os.environ.get("REPLICATOR_SOAK_OUT")
+    workdir = Path(out) / f"soak-{unique}" if out else tmp_path
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = SoakRun(sandbox, workdir, unique, MINUTES, RATE, FAULT_EVERY_S).soak()
+
+    report = result.verify
+    assert result.verify_exit == 0 and report.get("ok") is True, report.get("violations", report)
+    for kind in ("duplicates", "missing", "extra", "reordered", "aborted_visible", "lag"):
+        assert report["totals"][kind] == 0, (kind, report["totals"])
+    assert report["totals"]["source_records"] == report["totals"]["target_records"] > 0
+    assert report["hanging_transactions"] == [] and report["open_transactions"] == []
+    assert len(result.faults) >= int(MINUTES * 60 // FAULT_EVERY_S) - 1
+    assert result.growth and all(g["ok"] for g in result.growth.values()), result.growth
+    assert result.lag_violations == [], result.lag_violations
