@@ -62,7 +62,7 @@ def listed(cfg: ReplicatorConfig, names: Iterable[str]) -> list[str]:
     from replicator.verify import client_settings
 
     names = sorted(set(names))
-    admin = KafkaAdminClient(**client_settings(cfg.target, cfg.target_bootstrap_servers))
+    admin = KafkaAdminClient(**client_settings(cfg.client_properties("target"), cfg.target_bootstrap_servers))
     try:
         rows = [t for per_broker in admin.list_transactions().values() for t in per_broker]
     finally:
