@@ -21,6 +21,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator import config as config_mod
+from replicator import logs
 from replicator.kafka_clients import with_logging
 from replicator.lag import partition_lags
 from replicator.offsets import read_group
@@ -134,6 +135,7 @@ def _watch(producer: SampleProducer, cfg, seconds: float, target: str) -> None:
 @click.option("--keep-sandbox", is_flag=True, help="Leave the clusters running afterwards.")
 def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
     """Local clusters, sample data, exactly-once replication, a crash and a verified restart."""
+    logs.configure("text", "WARNING")  # client warnings, if any, in our format between the progress lines
     box = Sandbox()
     _say("starting the source and target clusters (real Apache Kafka, KRaft) ...")
     box.up(fresh=True)
@@ -143,6 +145,7 @@ def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
                            "name": NAME}, environ={})
     admin = AdminClient(with_logging({"bootstrap.servers": box.source.bootstrap}))  # alive until its future resolves
     admin.create_topics([NewTopic(TOPIC, PARTITIONS, 1)])[TOPIC].result(30)
+    del admin  # a client still alive when the clusters stop would log its failed reconnects
     producer = SampleProducer(box.source.bootstrap, TOPIC, PARTITIONS, records_per_second=rate)
     producer.start()
     _say(f"sample producer: {rate} records/s into {TOPIC}, every 5th transaction aborted")
