@@ -103,7 +103,8 @@ class SoakRun(ChaosRun):
         return ReplicatorProcess(self.sandbox, self.topic, self.name, self.workdir / f"replicator-{self.runs}.log",
                                  "--shards", str(self.shards),
                                  env={"TMPDIR": str(self.tmp),
-                                      "REPLICATOR_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS)}).start()
+                                      "REPLICATOR_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS),
+                                      "REPLICATOR_MAX_TRANSACTION_SECONDS": "2"}).start()
 
     def _lag(self) -> int:
         try:
