@@ -13,7 +13,7 @@ from replicator import job
 from replicator.config import ReplicatorConfig
 from replicator.offsets import CommitMetadata
 from replicator.transactional_ids import FenceError
-from tests.kafka_helpers import create_topic, end_offsets
+from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets
 from tests.replicator_process import ReplicatorProcess, wait_until
 
 
@@ -112,9 +112,10 @@ def test_idle_offset_refresh_never_fences_the_running_writer(sandbox, unique, tm
         finally:
             stop.set()
             thread.join()
-        wait_until(lambda: end_offsets(sandbox.target.bootstrap, topic, 2) == end_offsets(
-            sandbox.source.bootstrap, topic, 2), 120, "catch-up", job)
+        source_end = end_offsets(sandbox.source.bootstrap, topic, 2)
+        wait_until(lambda: fake_group_offsets(sandbox.target.bootstrap, f"__replicator.{name}") == {
+            (topic, p): source_end[p] for p in range(2)}, 120, "catch-up", job)
         assert job.sigterm() == 0
     log = job.log()
     assert "shard fenced" not in log, "a refresh fenced the shard's own writer"
-    assert end_offsets(sandbox.target.bootstrap, topic, 2)[1] == 10
+    assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, 2) == 10 + sent[0]
