@@ -13,7 +13,8 @@ a zombie twin, target broker bounce and pause.
 The growth check compares the medians of the first and the last third of the samples (samples within
 WARMUP_S of a replicator start are left out, as JIT and caches fill): the last may exceed the first by
 at most GROWTH_FACTOR plus a small absolute slack per metric. Lag samples taken LAG_SETTLE_S or more
-after a fault must stay below LAG_BOUND_S seconds' worth of the producer rate.
+after a fault and WARMUP_S after a replicator start must stay below LAG_BOUND_S seconds' worth of the
+producer rate.
 """
 
 from __future__ import annotations
@@ -198,6 +199,7 @@ class SoakRun(ChaosRun):
             bound = first * GROWTH_FACTOR + slack
             result.growth[metric] = {"first": round(first, 1), "last": round(last, 1), "bound": round(bound, 1),
                                      "ok": last <= bound}
-        settled = [s for s in result.samples if s["since_fault_s"] >= LAG_SETTLE_S and s["lag"] >= 0]
+        settled = [s for s in result.samples if s["since_fault_s"] >= LAG_SETTLE_S and s["lag"] >= 0
+                   and s.get("since_start_s", 0) >= WARMUP_S]
         result.max_settled_lag = max((s["lag"] for s in settled), default=0)
         result.lag_violations = [s for s in settled if s["lag"] > self.rate * LAG_BOUND_S]
