@@ -36,5 +36,5 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level)
-    for noisy in ("py4j", "pyspark"):
+    for noisy in ("py4j", "pyspark", "kafka"):  # kafka: kafka-python (verify, transaction listing)
         logging.getLogger(noisy).setLevel(logging.WARNING)
