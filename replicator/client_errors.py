@@ -43,7 +43,9 @@ _TRANSIENT = frozenset({
     KafkaError._TRANSPORT, KafkaError._ALL_BROKERS_DOWN, KafkaError.NOT_ENOUGH_REPLICAS,
     KafkaError.NOT_ENOUGH_REPLICAS_AFTER_APPEND, KafkaError.LEADER_NOT_AVAILABLE,
     KafkaError.NOT_LEADER_FOR_PARTITION, KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._WAIT_COORD,
-    KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.REBALANCE_IN_PROGRESS,
+    KafkaError.UNSTABLE_OFFSET_COMMIT, KafkaError.REBALANCE_IN_PROGRESS, KafkaError._MSG_TIMED_OUT,
+    KafkaError._TIMED_OUT_QUEUE, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._RESOLVE,
+    KafkaError.NETWORK_EXCEPTION, KafkaError._NODE_UPDATE, KafkaError.KAFKA_STORAGE_ERROR,
 })
 
 
@@ -55,7 +57,9 @@ def classify(err: KafkaError) -> Outcome:
         return Outcome.FATAL
     if err.txn_requires_abort():
         return Outcome.ABORT
-    if err.fatal():
+    # _FATAL is what every call on a producer that already hit a fatal error (most often: fenced)
+    # returns, without the fatal flag; the instance is dead, a new one can go on.
+    if err.fatal() or code == KafkaError._FATAL:
         return Outcome.RECREATE
     if err.retriable() or code in _TRANSIENT:
         return Outcome.RETRY

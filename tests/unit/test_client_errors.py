@@ -32,6 +32,9 @@ def test_abortable_transaction_error_is_abort():
 
 def test_fatal_producer_state_means_recreate():
     assert classify(KafkaError(KafkaError._STATE, "x", fatal=True)) is Outcome.RECREATE
+    # produce() on a producer that was fenced earlier: "Unable to produce message: Local: Fatal error",
+    # not flagged fatal itself (a zombie twin hit this and stopped the task instead of starting over).
+    assert classify(KafkaError(KafkaError._FATAL, "Unable to produce message")) is Outcome.RECREATE
 
 
 @pytest.mark.parametrize("code", [KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
