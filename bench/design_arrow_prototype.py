@@ -97,7 +97,7 @@ class ArrowRecordReader(ReplicationPlanner):
     """Plans exactly like the engine; reads the records themselves instead of describing ranges."""
 
     def read(self, partition: ShardPlan) -> Iterator[pa.RecordBatch]:
-        ranges = json.loads(partition.ranges)  # [source_topic, target_topic, partition, start, end]
+        ranges = json.loads(partition.ranges)["copy"]  # [source_topic, target_topic, partition, start, end]
         key = self.cfg.to_json()
         if key not in _consumers:
             _consumers[key] = kafka_clients.source_consumer(self.cfg)
