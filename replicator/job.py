@@ -135,12 +135,12 @@ def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
         raise transactional_ids.FenceError(
             f"cannot list the target's transactions to find earlier writers of job(s) {sorted(names)}: {e}") from None
     ids = transactional_ids.to_fence(cfg, layouts, listed)
-    if layouts - {(cfg.name, cfg.shard_count)}:
-        log.info("shard layout changed from %s to %s with %d shards: fencing the previous transactional ids",
-                 sorted(layouts), cfg.name, cfg.shard_count, extra={"event": "fencing", "ids": len(ids)})
-    elif len(ids) > cfg.shard_count:
-        log.info("fencing %d transactional ids the target's coordinators still list for job %r",
-                 len(ids) - cfg.shard_count, cfg.name, extra={"event": "fencing", "ids": len(ids)})
+    earlier = sorted(set(ids) - {transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)})
+    if earlier:
+        # Recorded in the group, or only known to the coordinators (a layout that never committed).
+        log.info("shard layout changed (recorded: %s; now %d shards of %s): fencing %d transactional ids of "
+                 "earlier layouts, e.g. %s", sorted(layouts) or "none", cfg.shard_count, cfg.name, len(earlier),
+                 ", ".join(earlier[:3]), extra={"event": "fencing", "ids": len(ids)})
     try:
         transactional_ids.fence(cfg, ids)
     except transactional_ids.FenceError as e:
