@@ -78,9 +78,9 @@ def multi_broker_sandbox(tmp_path_factory):
 def test_every_multi_broker_fault_kind_once_keeps_exactly_once(multi_broker_sandbox, unique, tmp_path):
     """Leader and coordinator failover and rolling restarts: a broker fault is an election here.
 
-    In `make chaos` only, not `make test`, until it has passed here: its two runs on this machine
-    (load average ~25 from parallel work) ended with the job's streaming query failing on Spark's
-    hard-coded 10 s Python worker connect-back timeout (RELIABILITY.md)."""
+    In `make chaos`, not `make test`: about 10 minutes, and on a crowded machine (load average ~25)
+    two of three runs ended with the job's streaming query failing on Spark's hard-coded 10 s Python
+    worker connect-back timeout (RELIABILITY.md); the third passed every check."""
     result = ChaosRun(multi_broker_sandbox, tmp_path, unique, records=5_000,
                       faults=MULTI_BROKER_FAULT_KINDS).run()
     assert result.faults == list(MULTI_BROKER_FAULT_KINDS)
