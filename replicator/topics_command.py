@@ -24,7 +24,17 @@ def topics(config_file: str | None, fmt: str, **flags) -> None:
     source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
     try:
         selected, skipped = topic_sync.selection(cfg, source)
-        plans = topic_sync.plan(cfg, source, target, selected)
+        try:
+            plans = topic_sync.plan(cfg, source, target, selected)
+        except KafkaException as e:
+            from replicator import permissions
+
+            if not permissions.is_authorization_error(e.args[0]):
+                raise
+            # DescribeConfigs is an optional ACL (config sync): show the topics without their drift.
+            click.echo(f"note: configs not compared: {permissions.who(cfg, 'target')} may not DescribeConfigs "
+                       f"the target topics ({e.args[0].str()})", err=True)
+            plans = topic_sync.plan(cfg, source, target, selected, with_configs=False)
     except KafkaException as e:
         click.echo(f"error: {e.args[0].str()}", err=True)
         sys.exit(1)

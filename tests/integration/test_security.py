@@ -14,9 +14,12 @@ Spark runs are few (two, in the exactly-once test); every other case fails or st
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import subprocess
 import time
+import urllib.request
 from pathlib import Path
 
 import pytest
@@ -90,6 +93,69 @@ def nothing_written(box, topic: str, group: str) -> None:
                 raise
             time.sleep(1)
     assert all(tp.offset < 0 for tp in offsets.topic_partitions), "offsets were committed"
+
+
+# -- exactly once with the least set ---------------------------------------------------------------
+def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, unique, tmp_path):
+    topic, name = f"sec-eos-{unique}", f"sec-eos-{unique}"
+    create_topic(box, "source", topic, PARTITIONS)
+    produce(box, topic, PARTITIONS, 4000)
+    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2,
+                          max_records_per_batch=500, max_records_per_transaction=250)
+    grant(box, acl_set(config))
+    outputs: list[str] = []
+    group = f"__replicator.{name}"
+
+    def target_count() -> int:
+        return committed_records(box, "target", topic, PARTITIONS)
+
+    # Run 1 (text logs): creates the target topic, copies some, is SIGKILLed mid-way.
+    with ReplicatorProcess(box, topic, name, tmp_path / "run1.log", "--config", str(config)) as job:
+        wait_until(lambda: target_count() > 0, 400, "first records on the target", job)
+        port = int(re.search(r"metrics listening on [\d.]+:(\d+)", job.log()).group(1))
+        outputs.append(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
+        job.sigkill()
+        outputs.append(job.log())
+    produce(box, topic, PARTITIONS, 2000, start=4000)
+
+    # Run 2 (JSON logs) without the optional ACLs: the target topic exists, creation and config sync
+    # are skipped and said so; the copy resumes from the target's offsets group.
+    revoke_all(box, WRITER)
+    revoke_all(box, READER)
+    grant(box, [a for a in acl_set(config) if a.feature == acls.REQUIRED])
+    with ReplicatorProcess(box, topic, name, tmp_path / "run2.log", "--config", str(config),
+                           "--log-format", "json") as job:
+        def caught_up() -> bool:
+            done = run_cli("lag", "--config", str(config), "--max-lag", "0")
+            outputs.append(done.stdout + done.stderr)
+            return done.returncode == 0
+        wait_until(caught_up, 400, "catch-up after the restart", job, interval=5)
+        assert job.sigterm() == 0
+        log2 = job.log()
+        outputs.append(log2)
+    assert "topic creation skipped for target topic" in log2 and "topic config sync skipped" in log2
+    assert "writer" in log2  # names the principal lacking the optional ACLs
+    assert target_count() == 6000
+
+    # verify, lag and topics through the same file (reader on the source, writer on the target).
+    audit = run_cli("verify", "--config", str(config), "--quiesced", "--require-caught-up")
+    outputs.append(audit.stdout + audit.stderr)
+    assert audit.returncode == 0, audit.stdout + audit.stderr
+    assert "OK: the target holds exactly the source's committed records" in audit.stdout
+    lag = run_cli("lag", "--config", str(config), "--format", "json")
+    outputs.append(lag.stdout + lag.stderr)
+    assert lag.returncode == 0 and json.loads(lag.stdout)["lag_records"] == 0
+    topics = run_cli("topics", "--config", str(config))
+    outputs.append(topics.stdout + topics.stderr)
+    assert topics.returncode == 0 and topic in topics.stdout
+    outputs.append(run_cli("acls", "--config", str(config)).stdout)
+    outputs.append(run_cli("run", "--help", env={"REPLICATOR_TARGET__SASL_PASSWORD": "${file:/nonexistent}"}).stdout)
+
+    # The secret grep: every output of this secure run, both log formats, the metrics page.
+    assert any(line.startswith("{") for line in log2.splitlines())
+    for i, text in enumerate(outputs):
+        assert_no_secrets(box, text, f"output #{i}")
+    assert group  # the offsets group name is what `lag` reported on
 
 
 # -- each ACL removed ------------------------------------------------------------------------------
