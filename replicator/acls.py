@@ -20,7 +20,8 @@ from replicator.replication_policy import policy_for
 REQUIRED = "required"
 CREATE = "topic creation"  # optional: without it, target topics must exist beforehand
 CONFIG_SYNC = "topic config sync"  # optional: without it, configs are not copied or re-synced
-FEATURES = (REQUIRED, CREATE, CONFIG_SYNC)
+GROUP_SYNC = "group sync"  # optional: consumer-group checkpoints and offset sync (needs the index)
+FEATURES = (REQUIRED, CREATE, CONFIG_SYNC, GROUP_SYNC)
 DEFAULT_SOURCE_PRINCIPAL = "User:replicator-source"
 DEFAULT_TARGET_PRINCIPAL = "User:replicator-target"
 
@@ -144,6 +145,35 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                 "check the translation index keeps records as long as the replicated topics"),
             Acl("target", dst, "Topic", "LITERAL", index, "AlterConfigs", CONFIG_SYNC,
                 "raise the translation index retention to the replicated topics' longest"),
+        ]
+    if cfg.exactly_once and cfg.translation_index:
+        from replicator.groups.checkpoints import checkpoints_topic
+        from replicator.groups.promotion import marker_topic
+
+        acls.append(Acl("target", dst, "Topic", "LITERAL", marker_topic(cfg.name), "Describe", REQUIRED,
+                        "see the switchover/failover marker topic: the job stops if the target was promoted "
+                        "(without it a promoted target would not be noticed)"))
+        checkpoints = checkpoints_topic(cfg.name)
+        translator = f"{cfg.name}.translator"
+        for pattern, groups in topic_patterns(cfg.groups):
+            acls += [
+                Acl("source", src, "Group", pattern, groups, "Describe", GROUP_SYNC,
+                    "list the source consumer groups and read their committed offsets"),
+                Acl("target", dst, "Group", pattern, groups, "Read", GROUP_SYNC,
+                    "commit translated offsets into the groups on the target (only while they are empty there)"),
+            ]
+        acls += [
+            Acl("source", src, "Group", "LITERAL", translator, "Describe", GROUP_SYNC,
+                "coordinator lookup of the translation reader's group.id (never joined or committed)"),
+            Acl("target", dst, "Group", "LITERAL", translator, "Describe", GROUP_SYNC,
+                "coordinator lookup of the checkpoint reader's group.id (never joined or committed)"),
+            Acl("target", dst, "Topic", "LITERAL", checkpoints, "Create", GROUP_SYNC,
+                "create the checkpoints topic at the first start"),
+            Acl("target", dst, "Topic", "LITERAL", checkpoints, "Write", GROUP_SYNC, "write group checkpoints"),
+            Acl("target", dst, "Topic", "LITERAL", checkpoints, "Read", GROUP_SYNC,
+                "load the checkpoints at start"),
+            Acl("target", dst, "Topic", "LITERAL", index, "Read", GROUP_SYNC,
+                "translate source offsets to target offsets through the index"),
         ]
     acls.append(Acl("source", src, "Group", "LITERAL", source_reader_group(cfg), "Describe", REQUIRED,
                     "librdkafka looks up the coordinator of its consumer's group.id (FindCoordinator) although "

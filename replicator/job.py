@@ -89,6 +89,7 @@ def preflight(cfg: ReplicatorConfig) -> tuple[ReplicatorConfig, list[topic_sync.
         ensure_index_topic(cfg, target, [m.target for m in mappings])
         cfg = permissions.check_target(cfg, target, selected, quiet=True)
         permissions.check_group(cfg, target)
+        permissions.check_promotion_marker(cfg, target)
     except permissions.PermissionDenied as e:
         raise RuntimeFailure(str(e)) from None
     except (RuntimeError, KafkaException) as e:

@@ -158,6 +158,20 @@ def _describe_group(admin: AdminClient, group: str, timeout: float = 60.0):
             time.sleep(0.5)
 
 
+def check_promotion_marker(cfg: ReplicatorConfig, target: AdminClient) -> None:
+    """Describe on the marker topic a switchover/failover creates: without it the job could not see
+    that the target was promoted, and would copy into it again."""
+    if not (cfg.translation_index and cfg.exactly_once):
+        return
+    from replicator.groups.promotion import marker_topic
+
+    topic = marker_topic(cfg.name)
+    ops = _topic_operations(target, [topic]).get(topic)
+    if isinstance(ops, KafkaError) and is_authorization_error(ops):
+        raise denied(cfg, "target", "Describe", f"Topic '{topic}'",
+                     "notice a switchover or failover (the job must stop copying into a promoted target)")
+
+
 def check_source_group(cfg: ReplicatorConfig, source: AdminClient) -> None:
     """Describe on the source consumer's group.id: librdkafka looks up its coordinator."""
     group = source_reader_group(cfg)

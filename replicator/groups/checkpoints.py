@@ -130,7 +130,8 @@ class CheckpointStore:
         self._loaded = False
 
     def load(self) -> CheckpointStore:
-        consumer = Consumer({**self.cfg.target, "bootstrap.servers": self.cfg.target_bootstrap_servers,
+        consumer = Consumer({**self.cfg.client_properties("target"),
+                             "bootstrap.servers": self.cfg.target_bootstrap_servers,
                              "group.id": f"{self.cfg.name}.translator", "enable.auto.commit": False,
                              "isolation.level": "read_committed", "enable.partition.eof": True,
                              "auto.offset.reset": "earliest"})
@@ -178,7 +179,8 @@ class CheckpointStore:
 
     def _produce(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer({**self.cfg.target, "bootstrap.servers": self.cfg.target_bootstrap_servers,
+            self._producer = Producer({**self.cfg.client_properties("target"),
+                                       "bootstrap.servers": self.cfg.target_bootstrap_servers,
                                        "enable.idempotence": True, "acks": "all", "linger.ms": 5})
         return self._producer
 

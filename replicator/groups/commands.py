@@ -244,7 +244,7 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
             offsets[(reverse_target, c.partition)] = (c.target_end, meta)
         if existing:
             _fail(f"the reverse job's offsets group {cfg.group!r} already holds offsets: failback was prepared")
-        refused = commit_group(dict(cfg.target), cfg.target_bootstrap_servers, cfg.group, offsets)
+        refused = commit_group(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.group, offsets)
         if refused:
             _fail(f"could not set the reverse job's start: {refused}")
         adopted = _adopt_old_groups(cfg, marker)
@@ -274,7 +274,7 @@ def _adopt_old_groups(cfg, marker) -> list[str]:
     back = {(c.source_topic, c.partition): c.target_topic for c in marker.cut}
     adopted = []
     for group in names:
-        offsets = group_offsets(dict(cfg.target), cfg.target_bootstrap_servers, group, sorted(back))
+        offsets = group_offsets(cfg.client_properties("target"), cfg.target_bootstrap_servers, group, sorted(back))
         for (topic, p), (offset, meta) in offsets.items():
             store.put(group, back[(topic, p)], p, Checkpoint(-1, None, False, 0, "adopted", meta, w=offset), topic)
         if offsets:
@@ -306,7 +306,7 @@ def divergence(config_file: str | None, fmt: str, **flags) -> None:
         req = {TopicPartition(c.source_topic, c.partition): OffsetSpec.latest() for c in cut}
         ends = {(tp.topic, tp.partition): f.result().offset
                 for tp, f in source.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED).items()}
-        consumer = _reader(dict(cfg.source), cfg.source_bootstrap_servers, cfg.name)
+        consumer = _reader(cfg.client_properties("source"), cfg.source_bootstrap_servers, cfg.name)
         rows = []
         for c in cut:
             end = ends[(c.source_topic, c.partition)]

@@ -58,7 +58,7 @@ def promoted(target: AdminClient, job_name: str) -> bool:
 
 def read_marker(cfg: ReplicatorConfig) -> Marker | None:
     topic = marker_topic(cfg.name)
-    consumer = Consumer({**cfg.target, "bootstrap.servers": cfg.target_bootstrap_servers,
+    consumer = Consumer({**cfg.client_properties("target"), "bootstrap.servers": cfg.target_bootstrap_servers,
                          "group.id": f"{cfg.name}.translator", "enable.auto.commit": False,
                          "enable.partition.eof": True, "auto.offset.reset": "earliest"})
     try:
@@ -105,7 +105,7 @@ def write_marker(cfg: ReplicatorConfig, target: AdminClient, marker: Marker) -> 
         err = e.args[0] if e.args else None
         if not (isinstance(err, KafkaError) and err.code() == _TOPIC_ALREADY_EXISTS):
             raise RuntimeError(f"creating the promotion marker topic {topic!r} failed: {e}") from None
-    producer = Producer({**cfg.target, "bootstrap.servers": cfg.target_bootstrap_servers,
+    producer = Producer({**cfg.client_properties("target"), "bootstrap.servers": cfg.target_bootstrap_servers,
                          "enable.idempotence": True, "acks": "all"})
     errors: list[str] = []
     deadline = time.monotonic() + 60

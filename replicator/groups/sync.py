@@ -165,7 +165,8 @@ class GroupSync:
 
     def _sync_group(self, group: str, selected: dict[str, int], positions: dict) -> GroupStatus:
         source_tps = [(t, p) for t, n in sorted(selected.items()) for p in range(n)]
-        committed = group_offsets(dict(self.cfg.source), self.cfg.source_bootstrap_servers, group, source_tps)
+        committed = group_offsets(self.cfg.client_properties("source"), self.cfg.source_bootstrap_servers, group,
+                                  source_tps)
         status = GroupStatus(group, "checkpointed")
         if not committed:
             status.reason = "no committed offset on a replicated topic"
@@ -198,7 +199,8 @@ class GroupSync:
             status.state, status.reason = "taken-over", state.reason
             return status
         target_tps = [(s.target_topic, s.partition) for s in status.partitions]
-        current = group_offsets(dict(self.cfg.target), self.cfg.target_bootstrap_servers, group, target_tps)
+        current = group_offsets(self.cfg.client_properties("target"), self.cfg.target_bootstrap_servers, group,
+                                target_tps)
         for s in status.partitions:
             s.target_committed = current[(s.target_topic, s.partition)][0] if (s.target_topic, s.partition) \
                 in current else None
@@ -252,7 +254,7 @@ class GroupSync:
             cp.p = t
             self.store.put(group, s.topic, s.partition, cp, s.target_topic)
         self.store.flush()
-        refused = commit_group(dict(self.cfg.target), self.cfg.target_bootstrap_servers, group, wanted)
+        refused = commit_group(self.cfg.client_properties("target"), self.cfg.target_bootstrap_servers, group, wanted)
         for tp, (t, _) in wanted.items():
             s = by_target[tp]
             cp = self.store.checkpoints[(group, s.topic, s.partition)]

@@ -175,8 +175,9 @@ class Translator:
     def __init__(self, cfg: ReplicatorConfig, source_reachable: bool = True) -> None:
         self.cfg = cfg
         self.policy = policy_for(cfg)
-        self.target = _reader(dict(cfg.target), cfg.target_bootstrap_servers, cfg.name)
-        self.source = _reader(dict(cfg.source), cfg.source_bootstrap_servers, cfg.name) if source_reachable else None
+        self.target = _reader(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.name)
+        self.source = (_reader(cfg.client_properties("source"), cfg.source_bootstrap_servers, cfg.name)
+                       if source_reachable else None)
         self.group = kafka_clients.group_reader(cfg)
         topic = index_topic(cfg.name)
         md = self.target.list_topics(topic, timeout=30).topics.get(topic)

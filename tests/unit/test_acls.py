@@ -37,13 +37,15 @@ def test_topic_patterns_follow_the_selection():
 def test_source_is_only_read_and_required_set_is_minimal():
     entries = acls.acl_set(_cfg(topics="orders", name="dr"), "User:r", "User:w")
     source = {(a.operation, a.feature) for a in entries if a.cluster == "source"}
-    assert source == {("Read", acls.REQUIRED), ("Describe", acls.REQUIRED), ("DescribeConfigs", acls.CONFIG_SYNC)}
+    assert source == {("Read", acls.REQUIRED), ("Describe", acls.REQUIRED), ("DescribeConfigs", acls.CONFIG_SYNC),
+                      ("Describe", acls.GROUP_SYNC)}
     assert {a.operation for a in entries if a.cluster == "source"} <= {"Read", "Describe", "DescribeConfigs"}
     required = {(a.resource_type, a.pattern_type, a.resource_name, a.operation) for a in entries
                 if a.cluster == "target" and a.feature == acls.REQUIRED}
     assert required == {("Topic", "LITERAL", "orders", "Write"), ("Topic", "LITERAL", "orders", "Read"),
                         ("Group", "LITERAL", "__replicator.dr", "Read"),
                         ("Topic", "LITERAL", "__replicator.dr.xlate", "Write"),
+                        ("Topic", "LITERAL", "__replicator.dr.promoted", "Describe"),
                         ("TransactionalId", "PREFIXED", "dr-shard-", "Write")}
     assert all(a.principal == ("User:r" if a.cluster == "source" else "User:w") for a in entries)
 
@@ -68,5 +70,6 @@ def test_command_prints_kafka_acls_lines_and_json(tmp_path):
     assert "--allow-principal User:r --operation Read --topic 'orders' --resource-pattern-type literal" in out.output
     assert "hunter2" not in out.output
     rows = json.loads(CliRunner().invoke(main, ["acls", "--config", str(cfg), "--format", "json",
-                                                "--without", "topic-creation", "--without", "config-sync"]).output)
-    assert {r["feature"] for r in rows} == {acls.REQUIRED} and len(rows) == 7
+                                                "--without", "topic-creation", "--without", "config-sync",
+                                                "--without", "group-sync"]).output)
+    assert {r["feature"] for r in rows} == {acls.REQUIRED} and len(rows) == 8
