@@ -97,6 +97,7 @@ class _PartitionState:
     txn_begin: int = -1
     first_pair: tuple[int, int] | None = None
     gaps: list[int] = field(default_factory=list)  # flat [start, end, start, end, ...]
+    delivery_error: KafkaError | None = None  # the target refused a record of the open transaction
 
     def skip_to(self, offset: int) -> None:
         """Moves the position over source offsets that are not copied (markers, aborted or compacted
@@ -389,13 +390,15 @@ class ShardCopier:
             if s.first_ts > 0 and len(self.stats.latency_seconds) < 64 * _LATENCY_SAMPLES_PER_TXN:
                 self.stats.latency_seconds += [now - s.first_ts / 1000, now - s.last_ts / 1000]
             s.dirty, s.records, s.bytes, s.first_ts, s.last_ts = False, 0, 0, -1, -1
-            s.txn_begin, s.first_pair, s.gaps = s.next, None, []
+            s.txn_begin, s.first_pair, s.gaps, s.delivery_error = s.next, None, [], None
 
     def _produce_index(self, producer: Producer, advanced: list[_PartitionState]) -> None:
         """After the data's delivery reports (they give the target offsets), before the offsets join
         the transaction: the entries commit or abort with the data they describe."""
         topic = index.index_topic(self.cfg.name)
         for s in advanced:
+            if s.delivery_error is not None:  # the refusal itself says what went wrong, not the index
+                raise KafkaException(s.delivery_error)
             if not s.records:
                 continue  # no entry: source offsets up to the next entry map to the previous one's end
             entry = index.entry_from_copy(s.txn_begin, s.next, s.first_pair, s.pair, s.records, s.gaps)
@@ -425,6 +428,8 @@ class _PairReport:
 
     def __call__(self, err, msg) -> None:
         if err is not None:
+            if self.st.delivery_error is None:
+                self.st.delivery_error = err
             return
         if self.st.pair is None or self.source_offset > self.st.pair[0]:
             self.st.pair = (self.source_offset, msg.offset())
