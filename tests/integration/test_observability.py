@@ -244,8 +244,11 @@ def test_prometheus_sees_exact_lag_and_throughput(sandbox, prometheus, unique, t
         assert group == source_end
         wait_until(lambda: http_status(f"http://{instance2}/readyz") == 200, 120, "readiness", job)
 
-        # Every dashboard query returns data from the live job through Prometheus.
+        # Every dashboard query returns data from the live job through Prometheus; the per-group
+        # panels have series only once an application consumer group exists, and this job has none.
         for expr in dashboard_exprs(json.loads(DASHBOARD.read_text())):
+            if "replicator_group" in expr:
+                continue
             query = expand(expr)
             wait_until(lambda q=query: bool(prometheus.query(q)[1]), 60, f"data for dashboard query {query}", job)
         assert job.sigterm() == 0
