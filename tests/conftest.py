@@ -14,9 +14,10 @@ from replicator.sandbox import Sandbox
 def sandbox():
     """Fresh source and target clusters; stopped (by PID) when the session ends.
 
-    `REPLICATOR_TEST_KEEP_SANDBOX=1` reuses a running sandbox instead of wiping it.
+    `REPLICATOR_TEST_KEEP_SANDBOX=1` reuses a running sandbox instead of wiping it. The target has
+    the listener the chaos harness's slow-network proxy forwards to (unused otherwise).
     """
-    box = Sandbox()
+    box = Sandbox(proxied_target=True)
     keep = os.environ.get("REPLICATOR_TEST_KEEP_SANDBOX") == "1"
     box.up(fresh=not keep)
     yield box

@@ -85,14 +85,27 @@ class KafkaCluster:
     heap: str = "-Xms384m -Xmx512m"
     security: SecurityMaterial | None = None  # None: PLAINTEXT, no authorizer (the demo default)
     cluster_id: str | None = None  # formatted with a fresh random id when None (one node per cluster)
+    host: str = "127.0.0.1"  # a multi-broker node has its own loopback address (multi.py)
+    # A second listener, advertised at `proxy_port` where a test's delay proxy forwards to
+    # `proxied_port`: clients that bootstrap through the proxy are sent back to it by the metadata
+    # (tests/chaos/delayproxy.py, the slow-network fault). Nothing listens on `proxy_port` otherwise.
+    proxied: bool = False
 
     @property
     def controller_port(self) -> int:
         return self.port + 1
 
     @property
+    def proxied_port(self) -> int:
+        return self.port + 6  # above a three-node cluster's client and controller ports (multi.py)
+
+    @property
+    def proxy_port(self) -> int:
+        return self.port + 7
+
+    @property
     def bootstrap(self) -> str:
-        return f"127.0.0.1:{self.port}"
+        return f"{self.host}:{self.port}"
 
     @property
     def dir(self) -> Path:
@@ -123,20 +136,30 @@ class KafkaCluster:
         return [str(self.dir)]
 
     def serving(self) -> bool:
-        return port_open(self.port)
+        return port_open(self.port, self.host)
 
-    def _properties(self) -> str:
-        p, c = self.port, self.controller_port
-        listeners = self.security.listener_properties(p, c) if self.security else [
-            f"listeners=PLAINTEXT://127.0.0.1:{p},CONTROLLER://127.0.0.1:{c}",
-            f"advertised.listeners=PLAINTEXT://127.0.0.1:{p}",
-            "listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT",
+    def _listener_properties(self) -> list[str]:
+        p, c, h = self.port, self.controller_port, self.host
+        if self.security:
+            if self.proxied:
+                raise RuntimeError("a proxied listener on a secure sandbox is not supported")
+            return self.security.listener_properties(p, c)
+        proxied = (f",PROXIED://{h}:{self.proxied_port}", f",PROXIED://{h}:{self.proxy_port}",
+                   ",PROXIED:PLAINTEXT") if self.proxied else ("", "", "")
+        return [
+            f"listeners=PLAINTEXT://{h}:{p},CONTROLLER://{h}:{c}{proxied[0]}",
+            f"advertised.listeners=PLAINTEXT://{h}:{p}{proxied[1]}",
+            f"listener.security.protocol.map=PLAINTEXT:PLAINTEXT,CONTROLLER:PLAINTEXT{proxied[2]}",
             "inter.broker.listener.name=PLAINTEXT",
         ]
+
+    def _properties(self) -> str:
+        c = self.controller_port
+        listeners = self._listener_properties()
         return "\n".join([
             "process.roles=broker,controller",
             "node.id=1",
-            f"controller.quorum.voters=1@127.0.0.1:{c}",
+            f"controller.quorum.voters=1@{self.host}:{c}",
             "controller.listener.names=CONTROLLER",
             *listeners,
             f"log.dirs={self.dir / 'data'}",
@@ -190,9 +213,9 @@ class KafkaCluster:
             if not fresh:
                 return
             self.stop()
-        if port_open(self.port) or port_open(self.controller_port):
+        if port_open(self.port, self.host) or port_open(self.controller_port, self.host):
             raise RuntimeError(
-                f"port {self.port} or {self.controller_port} is taken by a process this sandbox did not "
+                f"port {self.port} or {self.controller_port} of {self.host} is taken by a process this sandbox did not "
                 f"start; stop it or set REPLICATOR_SANDBOX_PORT_SHIFT")
         if fresh and self.dir.exists():
             import shutil
@@ -221,7 +244,7 @@ class KafkaCluster:
         while time.monotonic() < deadline:
             if not self.running():
                 raise RuntimeError(f"the {self.name} broker exited during start-up:\n{self.log_tail()}")
-            if port_open(self.port) and self._started_logged():
+            if port_open(self.port, self.host) and self._started_logged():
                 return
             time.sleep(0.25)
         raise RuntimeError(f"the {self.name} broker was not ready after {timeout:.0f}s:\n{self.log_tail()}")
@@ -295,13 +318,14 @@ class Sandbox:
 
     `secure` is "plaintext" (the default), one mode for both clusters ("scram", "mtls"), a (source
     mode, target mode) pair, or "remembered": what the last `up` in this sandbox dir used (so
-    `status` and `down` need no flag)."""
+    `status` and `down` need no flag). `proxied_target` gives each target broker the listener a
+    test's delay proxy forwards to (KafkaCluster.proxied)."""
 
     def __init__(self, root: Path | None = None, version: str = DEFAULT_KAFKA_VERSION,
                  source_tv: int | None = None, target_tv: int | None = None,
                  port_shift: int | None = None, secure: str | tuple[str, str] = "plaintext",
                  source_version: str | None = None, target_version: str | None = None,
-                 brokers: int | None = None) -> None:
+                 brokers: int | None = None, proxied_target: bool = False) -> None:
         root = self.root = root or default_root()
         shift = _port_shift() if port_shift is None else port_shift
         modes = security_modes(root, secure)
@@ -316,12 +340,12 @@ class Sandbox:
             self.source = MultiBrokerCluster("source", SOURCE_PORT + shift, root, source_version or version,
                                              source_tv, self.brokers)
             self.target = MultiBrokerCluster("target", TARGET_PORT + shift, root, target_version or version,
-                                             target_tv, self.brokers)
+                                             target_tv, self.brokers, proxied=proxied_target)
             return
         self.source = KafkaCluster("source", SOURCE_PORT + shift, root, source_version or version, source_tv,
                                    security=material["source"])
         self.target = KafkaCluster("target", TARGET_PORT + shift, root, target_version or version, target_tv,
-                                   security=material["target"])
+                                   security=material["target"], proxied=proxied_target)
 
     @property
     def clusters(self) -> tuple[KafkaCluster, KafkaCluster]:

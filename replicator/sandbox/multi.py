@@ -51,13 +51,14 @@ class MultiBrokerCluster:
     kill, signal, bootstrap), plus `nodes` for faults aimed at one broker."""
 
     def __init__(self, name: str, port: int, root: Path, version: str = DEFAULT_KAFKA_VERSION,
-                 transaction_version: int | None = None, brokers: int = 3, heap: str = NODE_HEAP) -> None:
+                 transaction_version: int | None = None, brokers: int = 3, heap: str = NODE_HEAP,
+                 proxied: bool = False) -> None:
         self.name, self.port, self.root, self.version = name, port, root, version
         self.transaction_version = transaction_version
         self.security = None
         voters = ",".join(f"{i}@127.0.0.1:{port + 2 * (i - 1) + 1}" for i in range(1, brokers + 1))
         self.nodes = [KafkaNode(f"{name}-{i}", port + 2 * (i - 1), root, version, transaction_version, heap,
-                                node_id=i, voters=voters, replication=min(3, brokers))
+                                node_id=i, voters=voters, replication=min(3, brokers), proxied=proxied)
                       for i in range(1, brokers + 1)]
 
     @property

@@ -19,6 +19,12 @@ Network (iptables on loopback, see netfault.py; any cluster shape):
   target-partition-short / target-partition-long / source-partition-long   every packet between the
                   clients and the cluster's brokers dropped for 3 s (under the 6 s transaction
                   timeout) or 15 s (over it), then restored
+Slow network (a run with one of these connects the replicator to the target through delay proxies,
+see delayproxy.py; the sandbox's target needs `proxied_target=True`):
+  target-slow-network   100 ms one-way latency and 1 MiB/s per direction and broker, for at least
+                  20 s and until the group moved on over the slow link
+  target-slow-restart   the same link; the replicator is SIGKILLed and restarted over it (fencing,
+                  group reads, the first transactions all cross the slow link)
 """
 
 from __future__ import annotations
@@ -34,6 +40,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from tests.chaos import netfault, roles
+from tests.chaos.delayproxy import WanLink
 from tests.chaos.reader import ConcurrentReader
 from tests.chaos.workload import Copiers, Trickle, verifiable_produce
 from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets
@@ -48,6 +55,10 @@ MULTI_BROKER_FAULT_KINDS = ("target-leader-kill", "target-txn-coordinator-kill",
                             "source-rolling-restart")
 NETWORK_FAULT_KINDS = ("target-partition-short", "target-partition-long", "source-partition-long")
 PARTITION_S = {"short": TRANSACTION_TIMEOUT_MS / 1000 / 2, "long": TRANSACTION_TIMEOUT_MS / 1000 + 9}
+SLOW_NETWORK_FAULT_KINDS = ("target-slow-network", "target-slow-restart")
+WAN_DELAY_S = 0.1  # one way: a 200 ms round trip, an intercontinental link
+WAN_RATE = 1024 * 1024  # bytes/s per direction and broker
+SLOW_S = 20
 BIN = Path(sys.executable).with_name("replicator")
 
 
@@ -82,6 +93,7 @@ class ChaosRun:
         self.tmp.mkdir(parents=True, exist_ok=True)
         self.runs = 0
         self.log = workdir / "chaos.log"
+        self.wan: WanLink | None = None  # the replicator's path to the target when the run has slow kinds
 
     # -- helpers ------------------------------------------------------------------------------
     def _note(self, text: str) -> None:
@@ -91,7 +103,7 @@ class ChaosRun:
     def _replicator(self) -> ReplicatorProcess:
         self.runs += 1
         proc = ReplicatorProcess(self.sandbox, self.topic, self.name, self.workdir / f"replicator-{self.runs}.log",
-                                 "--shards", str(self.shards),
+                                 "--shards", str(self.shards), target=self.wan,
                                  env={"TMPDIR": str(self.tmp), "REPLICATOR_TRANSACTION_TIMEOUT_MS":
                                       str(TRANSACTION_TIMEOUT_MS), "REPLICATOR_MAX_TRANSACTION_SECONDS": "2",
                                       "REPLICATOR_MAX_RECORDS_PER_BATCH": "20000"})
@@ -156,6 +168,21 @@ class ChaosRun:
             with netfault.Partition(ports):
                 time.sleep(PARTITION_S[kind.rsplit("-", 1)[1]])
             assert not netfault.active(ports), "iptables rules left behind"
+        elif kind in SLOW_NETWORK_FAULT_KINDS:
+            assert self.wan is not None
+            self.wan.slow(WAN_DELAY_S, WAN_RATE)
+            try:
+                if kind == "target-slow-restart":
+                    proc.sigkill()
+                    proc = self._replicator()
+                    self._await_ready(proc)
+                before, held = self._committed(), time.monotonic() + SLOW_S
+                wait_until(lambda: self._committed() > before and time.monotonic() >= held, 600,
+                           "progress over the slow network", proc, interval=2.0)
+            finally:
+                self.wan.fast()
+            self._note(f"  over the slow link: {sum(p.bytes for p in self.wan.proxies)} bytes, "
+                       f"{sum(p.connections for p in self.wan.proxies)} connections so far")
         elif kind.endswith("-rolling-restart"):
             for node in (box.source if kind.startswith("source") else box.target).nodes:
                 node.stop()
@@ -200,6 +227,8 @@ class ChaosRun:
         copiers = Copiers(box.source.bootstrap, self.input, self.topic, self.partitions, self.workdir, self.tag)
         trickle = Trickle(box.source.bootstrap, self.topic, self.partitions, self.truth, self.tag)
         trickle.start()
+        if any(k in SLOW_NETWORK_FAULT_KINDS for k in self.faults):
+            self.wan = WanLink(box.target).__enter__()
         proc = self._replicator()
         reader = None
         try:
@@ -237,6 +266,8 @@ class ChaosRun:
             if reader is not None:
                 reader.stop.set()
                 reader.join(60)
+            if self.wan is not None:
+                self.wan.__exit__()
         result.group_equals_source_end = fake_group_offsets(box.target.bootstrap, self.group) == want
         verify = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", box.source.bootstrap,
                                  "--target-bootstrap-servers", box.target.bootstrap, "--topics", self.topic,

@@ -17,6 +17,7 @@ from tests.chaos.scenario import (
     FAULT_KINDS,
     MULTI_BROKER_FAULT_KINDS,
     NETWORK_FAULT_KINDS,
+    SLOW_NETWORK_FAULT_KINDS,
     ChaosResult,
     ChaosRun,
 )
@@ -60,6 +61,14 @@ def test_network_partitions_keep_exactly_once(sandbox, unique, tmp_path):
     timeout, while brokers and replicator keep running."""
     result = ChaosRun(sandbox, tmp_path, unique, records=5_000, faults=NETWORK_FAULT_KINDS).run()
     assert result.faults == list(NETWORK_FAULT_KINDS)
+    assert_exactly_once(result)
+
+
+def test_slow_network_keeps_exactly_once(sandbox, unique, tmp_path):
+    """The replicator reaches the target through delay proxies (100 ms one way, 1 MiB/s), makes
+    progress over them and restarts over them."""
+    result = ChaosRun(sandbox, tmp_path, unique, records=5_000, faults=SLOW_NETWORK_FAULT_KINDS).run()
+    assert result.faults == list(SLOW_NETWORK_FAULT_KINDS)
     assert_exactly_once(result)
 
 
