@@ -75,8 +75,9 @@ def sandbox_fetch(kafka_version: str) -> None:
               help="TLS listeners, an authorizer that denies what no ACL allows, and SCRAM-SHA-512 users "
                    "(scram, the default) or client certificates (mtls). Plaintext without it.")
 @click.option("--brokers", type=click.Choice(["1", "3"]), default="1", show_default=True,
-              help="Brokers per cluster. 3: combined KRaft broker+controller nodes, replication factor 3 and "
-                   "min.insync.replicas 2 for data and internal topics.")
+              help="Brokers per cluster. 3: combined KRaft broker+controller nodes, each on its own loopback "
+                   "address (127.0.0.2-4), replication factor 3 and min.insync.replicas 2 for data and "
+                   "internal topics.")
 def sandbox_up(kafka_version: str, fresh: bool, tv0: str | None, secure: str | None, brokers: str) -> None:
     """Start both clusters (idempotent); returns when every broker serves requests."""
     from replicator.sandbox.cluster import default_root, remembered_brokers

@@ -236,8 +236,11 @@ class KafkaCluster:
                "-cp", classpath(self.version), "kafka.Kafka", str(self.dir / "server.properties")]
         with open(self.dir / "logs" / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                    start_new_session=True)
+                                    start_new_session=True, extra_groups=self._extra_groups() or None)
         self.pid_file.write_text(str(proc.pid))
+
+    def _extra_groups(self) -> list[int]:
+        return []  # a multi-broker node adds one (multi.py)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
         deadline = time.monotonic() + timeout

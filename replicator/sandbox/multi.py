@@ -3,12 +3,18 @@
 an outage. Replication factor 3 for data and internal topics, min.insync.replicas 2: one node may
 be down with every write still accepted.
 
-Node i (1-based) listens on port + 2(i-1), its controller on the next port. The cluster id is kept
-in a file next to the node dirs so nodes formatted at different times still agree on it.
+Node i (1-based) listens on its own loopback address 127.0.0.(i+1) (all of 127/8 is loopback on
+Linux), port + 2(i-1), its controller on the next port. The own address lets a fault harness cut one
+node off from the others by address. Run as root, each node's JVM also carries a supplementary group
+of its own (`isolation_gid`): every connection a broker opens leaves from 127.0.0.1 whatever its
+listener address, so only the owner of a packet tells which broker sent it (iptables `-m owner
+--gid-owner`, tests/chaos/netfault.py). The cluster id is kept in a file next to the node dirs so
+nodes formatted at different times still agree on it.
 """
 
 from __future__ import annotations
 
+import os
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +23,11 @@ from replicator.sandbox.cluster import KafkaCluster, _cluster_id, port_open
 from replicator.sandbox.jars import DEFAULT_KAFKA_VERSION
 
 NODE_HEAP = "-Xms256m -Xmx384m"  # measured: see RELIABILITY.md ("Multi-broker sandbox")
+ISOLATION_GID_BASE = 200_000  # + the node's port: unique on the machine, as its port is
+
+
+def node_host(node_id: int) -> str:
+    return f"127.0.0.{node_id + 1}"
 
 
 @dataclass
@@ -24,6 +35,14 @@ class KafkaNode(KafkaCluster):
     node_id: int = 1
     voters: str = ""
     replication: int = 3
+
+    @property
+    def isolation_gid(self) -> int:
+        return ISOLATION_GID_BASE + self.port
+
+    def _extra_groups(self) -> list[int]:
+        # Only root may add a group; without it every fault but the isolation still works.
+        return [self.isolation_gid] if os.geteuid() == 0 else []
 
     def _properties(self) -> str:
         rf, isr = self.replication, max(1, self.replication - 1)
@@ -56,9 +75,10 @@ class MultiBrokerCluster:
         self.name, self.port, self.root, self.version = name, port, root, version
         self.transaction_version = transaction_version
         self.security = None
-        voters = ",".join(f"{i}@127.0.0.1:{port + 2 * (i - 1) + 1}" for i in range(1, brokers + 1))
+        voters = ",".join(f"{i}@{node_host(i)}:{port + 2 * (i - 1) + 1}" for i in range(1, brokers + 1))
         self.nodes = [KafkaNode(f"{name}-{i}", port + 2 * (i - 1), root, version, transaction_version, heap,
-                                node_id=i, voters=voters, replication=min(3, brokers), proxied=proxied)
+                                host=node_host(i), proxied=proxied, node_id=i, voters=voters,
+                                replication=min(3, brokers))
                       for i in range(1, brokers + 1)]
 
     @property
@@ -127,4 +147,4 @@ class MultiBrokerCluster:
             node.signal(sig)
 
     def serving(self) -> bool:
-        return all(port_open(n.port) for n in self.nodes)
+        return all(port_open(n.port, n.host) for n in self.nodes)

@@ -2,7 +2,15 @@
 ports is dropped (INPUT chain on `lo`), so connections neither fail nor answer, as when a WAN link
 goes dark, while the brokers and the replicator keep running. Controller ports stay open (a
 multi-broker cluster keeps its quorum). Rules carry a comment naming the port; they are always
-removed on exit, and `sweep` removes any left by a run that was killed."""
+removed on exit, and `sweep` removes any left by a run that was killed.
+
+`Isolation(cluster, node)` cuts one broker of a multi-broker cluster off from the other brokers
+(replication, the controller quorum, every connection either way) while every client still reaches
+all of them: a rack whose link to the other racks fails while the replicator, like the rest of the
+clients, still reaches every rack. Brokers are told apart by the supplementary group each node's JVM
+carries (replicator/sandbox/multi.py): OUTPUT-chain rules drop the packets a node's own process
+sends to another node's address, and those the other nodes' processes send to its address. Clients
+carry no such group and are never matched."""
 
 from __future__ import annotations
 
@@ -56,3 +64,52 @@ def sweep(ports: list[int]) -> None:
 def active(ports: list[int]) -> bool:
     listing = _iptables("-S", "INPUT").stdout
     return any(f"{_TAG}{port}" in listing for port in ports)
+
+
+_ISOLATE_TAG = "replicator-chaos-isolate-"
+
+
+def _isolation_rules(nodes, node) -> list[list[str]]:
+    tag = ["-m", "comment", "--comment", f"{_ISOLATE_TAG}{node.port}", "-j", "DROP"]
+
+    def owner(n) -> list[str]:
+        return ["-m", "owner", "--gid-owner", str(n.isolation_gid), "--suppl-groups"]
+
+    rules = []
+    for other in (n for n in nodes if n is not node):
+        rules.append(["OUTPUT", "-o", "lo", "-d", other.host, *owner(node), *tag])  # from the node
+        rules.append(["OUTPUT", "-o", "lo", "-d", node.host, *owner(other), *tag])  # to the node
+    return rules
+
+
+class Isolation:
+    """`with Isolation(cluster.nodes, node): ...` cuts `node` off from the other brokers."""
+
+    def __init__(self, nodes, node) -> None:
+        assert len({n.host for n in nodes}) == len(nodes), "the nodes need loopback addresses of their own"
+        self.nodes, self.node = list(nodes), node
+
+    def __enter__(self) -> Isolation:
+        try:
+            for rule in _isolation_rules(self.nodes, self.node):
+                _iptables("-A", *rule)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *exc) -> None:
+        sweep_isolation([n.port for n in self.nodes])
+
+
+def sweep_isolation(ports: list[int]) -> None:
+    """Deletes every isolation rule of ours for nodes on these ports, as listed by iptables."""
+    tags = {f'"{_ISOLATE_TAG}{port}"' for port in ports} | {f"{_ISOLATE_TAG}{port} " for port in ports}
+    for line in _iptables("-S", "OUTPUT").stdout.splitlines():
+        if line.startswith("-A ") and any(t in line + " " for t in tags):
+            _iptables("-D", *line[3:].replace('"', "").split(), check=False)
+
+
+def isolation_active(ports: list[int]) -> bool:
+    listing = _iptables("-S", "OUTPUT").stdout
+    return any(f"{_ISOLATE_TAG}{port}" in listing for port in ports)

@@ -15,6 +15,9 @@ Multi-broker clusters only (`sandbox up --brokers 3`), the other brokers keep se
   target-txn-coordinator-kill    SIGKILL of the transaction coordinator of the job's shard 0
   target-group-coordinator-kill  SIGKILL of the fake group's coordinator
   source-rolling-restart / target-rolling-restart   clean restart of every broker, one after another
+  target-leader-isolate / source-leader-isolate   the leader of replicated partition 0 is cut off from
+                  the other brokers (not from clients) for 20 s, past the broker session timeout
+                  (netfault.Isolation; run as root)
 Network (iptables on loopback, see netfault.py; any cluster shape):
   target-partition-short / target-partition-long / source-partition-long   every packet between the
                   clients and the cluster's brokers dropped for 3 s (under the 6 s transaction
@@ -52,7 +55,10 @@ FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce"
                "target-pause")
 MULTI_BROKER_FAULT_KINDS = ("target-leader-kill", "target-txn-coordinator-kill", "target-group-coordinator-kill",
                             "source-leader-kill", "target-leader-stop", "target-rolling-restart",
-                            "source-rolling-restart")
+                            "source-rolling-restart", "target-leader-isolate", "source-leader-isolate")
+# Past the brokers' 9 s session timeout: the controller fences the isolated node and moves its
+# leaderships while it still believes it leads and clients still reach it.
+ISOLATE_S = 20
 NETWORK_FAULT_KINDS = ("target-partition-short", "target-partition-long", "source-partition-long")
 PARTITION_S = {"short": TRANSACTION_TIMEOUT_MS / 1000 / 2, "long": TRANSACTION_TIMEOUT_MS / 1000 + 9}
 SLOW_NETWORK_FAULT_KINDS = ("target-slow-network", "target-slow-restart")
@@ -183,6 +189,13 @@ class ChaosRun:
                 self.wan.fast()
             self._note(f"  over the slow link: {sum(p.bytes for p in self.wan.proxies)} bytes, "
                        f"{sum(p.connections for p in self.wan.proxies)} connections so far")
+        elif kind.endswith("-leader-isolate"):
+            cluster = box.source if kind.startswith("source") else box.target
+            node = cluster.nodes[roles.partition_leader(cluster.bootstrap, self.topic, 0) - 1]
+            self._note(f"  isolating node {node.node_id} ({node.host})")
+            with netfault.Isolation(cluster.nodes, node):
+                time.sleep(ISOLATE_S)
+            assert not netfault.isolation_active([n.port for n in cluster.nodes]), "iptables rules left behind"
         elif kind.endswith("-rolling-restart"):
             for node in (box.source if kind.startswith("source") else box.target).nodes:
                 node.stop()
@@ -218,6 +231,8 @@ class ChaosRun:
         box = self.sandbox
         if any("-partition-" in k for k in self.faults):
             netfault.sweep(netfault.client_ports(box.source) + netfault.client_ports(box.target))
+        if any(k.endswith("-isolate") for k in self.faults):
+            netfault.sweep_isolation(netfault.client_ports(box.source) + netfault.client_ports(box.target))
         create_topic(box.source.bootstrap, self.input, self.partitions)
         create_topic(box.source.bootstrap, self.topic, self.partitions)
         partition_of = verifiable_produce(box.source.bootstrap, self.input, self.records,
