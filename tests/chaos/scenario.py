@@ -14,6 +14,9 @@ Multi-broker clusters only (`sandbox up --brokers 3`), the other brokers keep se
                   of replicated partition 0, restart
   target-txn-coordinator-kill    SIGKILL of the transaction coordinator of the job's shard 0
   target-group-coordinator-kill  SIGKILL of the fake group's coordinator
+  source-txn-coordinator-kill    SIGKILL of the source broker coordinating the trickle writer's
+                  transactional id (a source transaction open, its outcome decided by the new
+                  coordinator while the replicator reads read_committed)
   source-rolling-restart / target-rolling-restart   clean restart of every broker, one after another
   target-leader-isolate / source-leader-isolate   the leader of replicated partition 0 is cut off from
                   the other brokers (not from clients) for 20 s, past the broker session timeout
@@ -55,7 +58,8 @@ FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce"
                "target-pause")
 MULTI_BROKER_FAULT_KINDS = ("target-leader-kill", "target-txn-coordinator-kill", "target-group-coordinator-kill",
                             "source-leader-kill", "target-leader-stop", "target-rolling-restart",
-                            "source-rolling-restart", "target-leader-isolate", "source-leader-isolate")
+                            "source-rolling-restart", "target-leader-isolate", "source-leader-isolate",
+                            "source-txn-coordinator-kill")
 # Past the brokers' 9 s session timeout: the controller fences the isolated node and moves its
 # leaderships while it still believes it leads and clients still reach it.
 ISOLATE_S = 20
@@ -65,7 +69,15 @@ SLOW_NETWORK_FAULT_KINDS = ("target-slow-network", "target-slow-restart")
 WAN_DELAY_S = 0.1  # one way: a 200 ms round trip, an intercontinental link
 WAN_RATE = 1024 * 1024  # bytes/s per direction and broker
 SLOW_S = 20
+NODE_READY_TIMEOUT_S = 300
 BIN = Path(sys.executable).with_name("replicator")
+
+
+def _restart(node) -> None:
+    """A SIGKILLed node recovers its logs before it serves: on a crowded 2-core machine (load
+    average 40) that took longer than the sandbox's 90 s start-up wait."""
+    node.launch()
+    node.wait_ready(NODE_READY_TIMEOUT_S)
 
 
 @dataclass
@@ -199,7 +211,7 @@ class ChaosRun:
         elif kind.endswith("-rolling-restart"):
             for node in (box.source if kind.startswith("source") else box.target).nodes:
                 node.stop()
-                node.start()
+                _restart(node)
         elif kind in self._ROLES:
             cluster = box.source if kind.startswith("source") else box.target
             node_id = self._ROLES[kind](self)
@@ -210,7 +222,7 @@ class ChaosRun:
             else:
                 node.kill()
             time.sleep(2)
-            node.start()
+            _restart(node)
         else:
             raise ValueError(kind)
         return proc
@@ -223,6 +235,8 @@ class ChaosRun:
             self.sandbox.target.bootstrap, f"{self.name}-shard-"),
         "target-group-coordinator-kill": lambda self: roles.group_coordinator(self.sandbox.target.bootstrap,
                                                                               self.group),
+        "source-txn-coordinator-kill": lambda self: roles.transaction_coordinator(
+            self.sandbox.source.bootstrap, f"trickle-{self.tag}"),
     }
 
     # -- the run -----------------------------------------------------------------------------
