@@ -88,7 +88,7 @@ def test_every_multi_broker_fault_kind_once_keeps_exactly_once(multi_broker_sand
     """Leader and coordinator failover, rolling restarts, a leader cut off from its peers and the
     slow link to every target broker: a broker fault is an election here.
 
-    In `make chaos`, not `make test`: about 10 minutes, and on a crowded machine (load average ~25)
+    In `make chaos`, not `make test`: about 14 minutes, and on a crowded machine (load average ~25)
     two of three runs ended with the job's streaming query failing on Spark's hard-coded 10 s Python
     worker connect-back timeout (RELIABILITY.md); the third passed every check."""
     kinds = MULTI_BROKER_FAULT_KINDS + SLOW_NETWORK_FAULT_KINDS
