@@ -6,14 +6,11 @@ org.apache.zookeeper:zookeeper at runtime), so no tarball is needed. Kafka 4.x h
 
 from __future__ import annotations
 
-import contextlib
-import os
-import signal
 import subprocess
 import time
 from dataclasses import dataclass
 
-from replicator.sandbox.cluster import KafkaCluster, _pid_alive, port_open
+from replicator.sandbox.cluster import KafkaCluster, live_pid, port_open, terminate
 from replicator.sandbox.jars import classpath
 
 
@@ -94,23 +91,12 @@ class ZooKeeperKafkaCluster(KafkaCluster):
             time.sleep(0.25)
 
     def _zk_pid(self) -> int | None:
-        try:
-            pid = int(self.zk_pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return live_pid(self.zk_pid_file)
 
     def _stop_zookeeper(self) -> None:
         pid = self._zk_pid()
         if pid is not None:
-            os.kill(pid, signal.SIGTERM)
-            deadline = time.monotonic() + 20
-            while _pid_alive(pid) and time.monotonic() < deadline:
-                time.sleep(0.2)
-            if _pid_alive(pid):
-                os.kill(pid, signal.SIGKILL)
-            with contextlib.suppress(ChildProcessError):
-                os.waitpid(pid, os.WNOHANG)
+            terminate(pid, 20)
         self.zk_pid_file.unlink(missing_ok=True)
 
     def stop(self, timeout: float = 30.0) -> None:

@@ -67,6 +67,33 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
+def live_pid(pid_file: Path) -> int | None:
+    """The pid a pid file names, if that process still runs (None for a missing or stale file)."""
+    try:
+        pid = int(pid_file.read_text().strip())
+    except (OSError, ValueError):
+        return None
+    return pid if _pid_alive(pid) else None
+
+
+def terminate(pid: int, timeout: float) -> None:
+    """SIGTERM, then SIGKILL after `timeout`; returns once the process is gone and reaped."""
+    os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while _pid_alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    if _pid_alive(pid):
+        os.kill(pid, signal.SIGKILL)
+        while _pid_alive(pid):
+            time.sleep(0.1)
+    _reap(pid)
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(ChildProcessError):
+        os.waitpid(pid, os.WNOHANG)
+
+
 def port_open(port: int, host: str = "127.0.0.1", timeout: float = 0.5) -> bool:
     try:
         with socket.create_connection((host, port), timeout=timeout):
@@ -120,11 +147,7 @@ class KafkaCluster:
         return self.dir / "logs" / "server.log"
 
     def pid(self) -> int | None:
-        try:
-            pid = int(self.pid_file.read_text().strip())
-        except (OSError, ValueError):
-            return None
-        return pid if _pid_alive(pid) else None
+        return live_pid(self.pid_file)
 
     def running(self) -> bool:
         return self.pid() is not None
@@ -274,15 +297,7 @@ class KafkaCluster:
             self.pid_file.unlink(missing_ok=True)
             return
         self.signal(signal.SIGCONT)  # a paused broker cannot shut down
-        os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + timeout
-        while _pid_alive(pid) and time.monotonic() < deadline:
-            time.sleep(0.2)
-        if _pid_alive(pid):
-            os.kill(pid, signal.SIGKILL)
-            while _pid_alive(pid):
-                time.sleep(0.1)
-        self._reap(pid)
+        terminate(pid, timeout)
         self.pid_file.unlink(missing_ok=True)
 
     def kill(self) -> None:
@@ -292,18 +307,13 @@ class KafkaCluster:
             os.kill(pid, signal.SIGKILL)
             while _pid_alive(pid):
                 time.sleep(0.05)
-            self._reap(pid)
+            _reap(pid)
         self.pid_file.unlink(missing_ok=True)
 
     def signal(self, sig: int) -> None:
         pid = self.pid()
         if pid is not None:
             os.kill(pid, sig)
-
-    @staticmethod
-    def _reap(pid: int) -> None:
-        with contextlib.suppress(ChildProcessError):
-            os.waitpid(pid, os.WNOHANG)
 
 
 def _cluster_id() -> str:
