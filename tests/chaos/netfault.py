@@ -110,6 +110,18 @@ def sweep_isolation(ports: list[int]) -> None:
             _iptables("-D", *line[3:].replace('"', "").split(), check=False)
 
 
+def carries_its_group(node) -> bool:
+    """Whether the node's running JVM carries its isolation group (it does not when the sandbox was
+    started without root): without it an isolation would silently cut nothing."""
+    pid = node.pid()
+    try:
+        with open(f"/proc/{pid}/status") as f:
+            groups = next(line for line in f if line.startswith("Groups:")).split()[1:]
+    except (OSError, StopIteration):
+        return False
+    return str(node.isolation_gid) in groups
+
+
 def isolation_active(ports: list[int]) -> bool:
     listing = _iptables("-S", "OUTPUT").stdout
     return any(f"{_ISOLATE_TAG}{port}" in listing for port in ports)

@@ -45,6 +45,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import psutil
+
 from tests.chaos import netfault, roles
 from tests.chaos.delayproxy import WanLink
 from tests.chaos.reader import ConcurrentReader
@@ -78,6 +80,25 @@ def _restart(node) -> None:
     average 40) that took longer than the sandbox's 90 s start-up wait."""
     node.launch()
     node.wait_ready(NODE_READY_TIMEOUT_S)
+
+
+def _direct_connections(proc: ReplicatorProcess, cluster) -> list[str]:
+    """Connections of the replicator's process tree to the cluster's own client ports: none may
+    exist while the replicator is meant to reach the target only through the delay proxies."""
+    direct = {(n.host, n.port) for n in getattr(cluster, "nodes", [cluster])}
+    found = []
+    try:
+        root = psutil.Process(proc.pid)
+        tree = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return found
+    for p in tree:
+        try:
+            found += [f"pid {p.pid} -> {c.raddr.ip}:{c.raddr.port}" for c in p.net_connections("tcp")
+                      if c.raddr and (c.raddr.ip, c.raddr.port) in direct]
+        except psutil.Error:
+            continue  # gone meanwhile
+    return found
 
 
 @dataclass
@@ -197,6 +218,8 @@ class ChaosRun:
                 before, held = self._committed(), time.monotonic() + SLOW_S
                 wait_until(lambda: self._committed() > before and time.monotonic() >= held, 600,
                            "progress over the slow network", proc, interval=2.0)
+                direct = _direct_connections(proc, box.target)
+                assert not direct, f"the replicator bypassed the slow link: {direct}"
             finally:
                 self.wan.fast()
             self._note(f"  over the slow link: {sum(p.bytes for p in self.wan.proxies)} bytes, "
@@ -205,6 +228,8 @@ class ChaosRun:
             cluster = box.source if kind.startswith("source") else box.target
             node = cluster.nodes[roles.partition_leader(cluster.bootstrap, self.topic, 0) - 1]
             self._note(f"  isolating node {node.node_id} ({node.host})")
+            assert all(netfault.carries_its_group(n) for n in cluster.nodes), \
+                "a node's JVM lacks its isolation group (start the sandbox as root)"
             with netfault.Isolation(cluster.nodes, node):
                 time.sleep(ISOLATE_S)
             assert not netfault.isolation_active([n.port for n in cluster.nodes]), "iptables rules left behind"
