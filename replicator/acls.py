@@ -5,8 +5,9 @@ docs' table in deploy/README.md is generated from it (a unit test compares), and
 tests grant exactly it before proving that replication works with it and fails clearly without
 any one entry.
 
-Operations that imply Describe (Read, Write, Alter, ...) are not paired with a separate Describe:
-such an entry could be removed without any effect, so it would not be least privilege.
+Operations that imply Describe (Read, Write, Alter, ...) are not paired with a separate Describe,
+nor AlterConfigs with DescribeConfigs: such an entry could be removed without any effect, so it
+would not be least privilege (the single-removal tests would show it).
 """
 
 from __future__ import annotations
@@ -104,6 +105,11 @@ def source_reader_group(cfg: ReplicatorConfig) -> str:
     return f"{cfg.name}.source-reader"
 
 
+def translator_group(cfg: ReplicatorConfig) -> str:
+    """The group.id of the translation and checkpoint readers (never joined or committed)."""
+    return f"{cfg.name}.translator"
+
+
 def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCIPAL,
             target_principal: str = DEFAULT_TARGET_PRINCIPAL) -> list[Acl]:
     """Every ACL the configured replication uses, each tagged with the feature that needs it."""
@@ -127,10 +133,9 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                 "create missing target topics with the source's partitions and configs"),
             Acl("target", dst, "Topic", target_pattern, target_name, "Alter", CREATE,
                 "add partitions when a source topic grows"),
-            Acl("target", dst, "Topic", target_pattern, target_name, "DescribeConfigs", CONFIG_SYNC,
-                "compare the target topic's configs with the source's"),
             Acl("target", dst, "Topic", target_pattern, target_name, "AlterConfigs", CONFIG_SYNC,
-                "re-apply drifted topic configs"),
+                "compare the target topic's configs with the source's and re-apply drifted ones "
+                "(AlterConfigs implies DescribeConfigs)"),
         ]
     if cfg.exactly_once and cfg.translation_index:
         from replicator.groups.index import index_topic
@@ -141,10 +146,9 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                 "the translation index: one exact source->target offset entry per copy transaction"),
             Acl("target", dst, "Topic", "LITERAL", index, "Create", CREATE,
                 "create the translation index topic at the first start"),
-            Acl("target", dst, "Topic", "LITERAL", index, "DescribeConfigs", CONFIG_SYNC,
-                "check the translation index keeps records as long as the replicated topics"),
             Acl("target", dst, "Topic", "LITERAL", index, "AlterConfigs", CONFIG_SYNC,
-                "raise the translation index retention to the replicated topics' longest"),
+                "check the translation index keeps records as long as the replicated topics, and raise its "
+                "retention if not (AlterConfigs implies DescribeConfigs)"),
         ]
     if cfg.exactly_once and cfg.translation_index:
         from replicator.groups.checkpoints import checkpoints_topic
@@ -154,7 +158,7 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                         "see the switchover/failover marker topic: the job stops if the target was promoted "
                         "(without it a promoted target would not be noticed)"))
         checkpoints = checkpoints_topic(cfg.name)
-        translator = f"{cfg.name}.translator"
+        translator = translator_group(cfg)
         for pattern, groups in topic_patterns(cfg.groups):
             acls += [
                 Acl("source", src, "Group", pattern, groups, "Describe", GROUP_SYNC,
@@ -175,6 +179,16 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
             Acl("target", dst, "Topic", "LITERAL", index, "Read", GROUP_SYNC,
                 "translate source offsets to target offsets through the index"),
         ]
+        if cfg.mm2_compatible_checkpoints:
+            from replicator.groups.checkpoints import mm2_checkpoints_topic
+
+            mm2 = mm2_checkpoints_topic(cfg.source_alias)
+            acls += [
+                Acl("target", dst, "Topic", "LITERAL", mm2, "Create", GROUP_SYNC,
+                    "create MirrorMaker 2's checkpoints topic at the first start (mm2_compatible_checkpoints)"),
+                Acl("target", dst, "Topic", "LITERAL", mm2, "Write", GROUP_SYNC,
+                    "write MirrorMaker 2-format checkpoints (mm2_compatible_checkpoints)"),
+            ]
     acls.append(Acl("source", src, "Group", "LITERAL", source_reader_group(cfg), "Describe", REQUIRED,
                     "librdkafka looks up the coordinator of its consumer's group.id (FindCoordinator) although "
                     "the job never joins that group or commits to it"))

@@ -14,9 +14,9 @@ import time
 from collections.abc import Iterable
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
-from confluent_kafka.admin import AclOperation, AdminClient
+from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 
-from replicator.acls import principal_of, source_reader_group, topic_patterns
+from replicator.acls import principal_of, source_reader_group, topic_patterns, translator_group
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 
@@ -26,6 +26,7 @@ _AUTH_ERRORS = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZ
 _OP_NAMES = {AclOperation.READ: "Read", AclOperation.WRITE: "Write", AclOperation.CREATE: "Create",
              AclOperation.ALTER: "Alter", AclOperation.DESCRIBE_CONFIGS: "DescribeConfigs",
              AclOperation.ALTER_CONFIGS: "AlterConfigs", AclOperation.DESCRIBE: "Describe"}
+_OPS = {name: op for op, name in _OP_NAMES.items()}
 
 
 _ALL = set(AclOperation)
@@ -42,6 +43,12 @@ def is_authorization_error(err: KafkaError | None) -> bool:
 def who(cfg: ReplicatorConfig, role: str) -> str:
     principal = principal_of(cfg.client_properties(role) if role in ("source", "target") else None)
     return f"principal {principal}" if principal else "the job's principal"
+
+
+def lacks(cfg: ReplicatorConfig, role: str, operations: Iterable[str], resource: str) -> str:
+    """How every degrade message names what is missing: the principal, the operation(s), the cluster
+    and the resource, e.g. "principal User:writer lacks Read on target Group 'app' (literal)"."""
+    return f"{who(cfg, role)} lacks {'/'.join(operations)} on {role} {resource}"
 
 
 def denied(cfg: ReplicatorConfig, role: str, operation: str, resource: str, purpose: str) -> PermissionDenied:
@@ -108,15 +115,21 @@ def check_target(cfg: ReplicatorConfig, target: AdminClient, selected: dict[str,
                 continue  # the translation index: written, no offsets committed for it
             if op not in ops:
                 raise denied(cfg, "target", _OP_NAMES[op], f"Topic '{topic}'", purpose)
+        if not targets[topic]:
+            # The index: created once, never grown; its retention sizing (DescribeConfigs/AlterConfigs)
+            # degrades on its own in `ensure_index_topic`, without switching off the topics' config sync.
+            continue
         lacking = [_OP_NAMES[op] for op in (AclOperation.CREATE, AclOperation.ALTER) if op not in ops]
         if lacking and not quiet:
-            log.info("topic creation skipped for target topic %s: %s lacks %s on it; the topic exists, and if "
-                     "its source grows it cannot be grown", topic, who(cfg, "target"), "/".join(lacking),
+            effect = ("if its source topic grows, its partitions cannot be added (add them beforehand)"
+                      if "Alter" in lacking else "it exists, so nothing is needed unless it is deleted")
+            log.info("topic creation skipped for target topic %s: %s; %s", topic,
+                     lacks(cfg, "target", lacking, f"Topic '{topic}'"), effect,
                      extra={"event": "topic_creation_skipped", "topic": topic})
         lacking = [_OP_NAMES[op] for op in (AclOperation.DESCRIBE_CONFIGS, AclOperation.ALTER_CONFIGS)
                    if op not in ops]
         if lacking and cfg.sync_topic_configs:
-            skipped_sync.append(f"{who(cfg, 'target')} lacks {'/'.join(lacking)} on Topic '{topic}'")
+            skipped_sync.append(lacks(cfg, "target", lacking, f"Topic '{topic}'"))
     if cfg.sync_topic_configs and not skipped_sync:
         # Reading the source configs needs DescribeConfigs there (read-only).
         return cfg
@@ -134,8 +147,8 @@ def check_source_configs(cfg: ReplicatorConfig, source: AdminClient, selected: I
                      if not isinstance(ops, KafkaError) and AclOperation.DESCRIBE_CONFIGS not in ops)
     if not lacking:
         return cfg
-    log.warning("topic config sync skipped: %s lacks DescribeConfigs on source Topic %s; target topic configs "
-                "are left as they are", who(cfg, "source"), ", ".join(f"'{t}'" for t in lacking),
+    log.warning("topic config sync skipped: %s; target topic configs are left as they are",
+                lacks(cfg, "source", ["DescribeConfigs"], "Topic " + ", ".join(f"'{t}'" for t in lacking)),
                 extra={"event": "config_sync_skipped"})
     return dataclasses.replace(cfg, sync_topic_configs=False)
 
@@ -209,3 +222,70 @@ def creation_denied(cfg: ReplicatorConfig, topic: str, grow: bool) -> Permission
 def transactional_id_denied(cfg: ReplicatorConfig, transactional_id: str) -> PermissionDenied:
     return denied(cfg, "target", "Write", f"TransactionalId '{transactional_id}' (prefix '{cfg.name}-shard-')",
                   "write exactly once")
+
+
+def check_group_sync(cfg: ReplicatorConfig, source: AdminClient, target: AdminClient) -> bool:
+    """Whether group sync may run: every ACL of its set (`replicator acls`, feature "group sync") is
+    granted. Missing ones switch the feature off, said once, each named with principal, operation and
+    resource. When nothing else is missing, the checkpoints topic is created here if absent (the
+    feature's first step): Write and Read on a topic can only be asked once it exists."""
+    from replicator.groups.checkpoints import checkpoints_topic, ensure_topics, mm2_checkpoints_topic
+    from replicator.groups.index import index_topic
+
+    missing: list[str] = []
+    translator = translator_group(cfg)
+    for role, admin, op in (("source", source, AclOperation.DESCRIBE), ("target", target, AclOperation.READ)):
+        for pattern, name in topic_patterns(cfg.groups):
+            # Any group name the pattern covers asks the same question; `*` covers them all.
+            probe = f"{cfg.name}.group-sync-probe" if name == "*" else name
+            if op not in _group_operations(admin, probe):
+                kind = " (prefixed)" if pattern == "PREFIXED" else ""
+                missing.append(lacks(cfg, role, [_OP_NAMES[op]], f"Group '{name}'{kind}"))
+        if AclOperation.DESCRIBE not in _group_operations(admin, translator):
+            missing.append(lacks(cfg, role, ["Describe"], f"Group '{translator}'"))
+    index = index_topic(cfg.name)
+    ops = _topic_operations(target, [index])[index]
+    if (isinstance(ops, KafkaError) and is_authorization_error(ops)) or (isinstance(ops, set)
+                                                                         and AclOperation.READ not in ops):
+        missing.append(lacks(cfg, "target", ["Read"], f"Topic '{index}'"))
+    wanted = {checkpoints_topic(cfg.name): ("Write", "Read")}
+    if cfg.mm2_compatible_checkpoints:
+        wanted[mm2_checkpoints_topic(cfg.source_alias)] = ("Write",)
+    found = _topic_operations(target, wanted)
+    absent = [t for t, o in found.items() if isinstance(o, KafkaError) and not is_authorization_error(o)]
+    missing += [lacks(cfg, "target", ["Create"], f"Topic '{t}'") for t in absent if not _may_create(cfg, target, t)]
+    if not missing and absent:
+        ensure_topics(cfg, target)
+        found = _topic_operations(target, wanted)
+    if not missing:
+        for topic, needed in wanted.items():
+            have = found[topic] if isinstance(found[topic], set) else set()
+            if lacking := [n for n in needed if _OPS[n] not in have]:
+                missing.append(lacks(cfg, "target", lacking, f"Topic '{topic}'"))
+    if missing:
+        log.warning("group sync skipped: %s; consumer group offsets are neither checkpointed nor synced to the "
+                    "target (see `replicator acls --config ...`)", "; ".join(missing),
+                    extra={"event": "group_sync_skipped"})
+    return not missing
+
+
+def _group_operations(admin: AdminClient, group: str) -> set:
+    try:
+        ops = _describe_group(admin, group).authorized_operations
+    except KafkaException as e:
+        if is_authorization_error(e.args[0]):
+            return set()
+        raise
+    return _ALL if ops is None else set(ops)
+
+
+def _may_create(cfg: ReplicatorConfig, target: AdminClient, topic: str) -> bool:
+    """Create asked without creating (validate_only); errors other than authorization are the
+    creation's own to report."""
+    fut = target.create_topics([NewTopic(topic, 1, cfg.replication_factor)], validate_only=True,
+                               request_timeout=30)[topic]
+    try:
+        fut.result()
+    except KafkaException as e:
+        return not is_authorization_error(e.args[0])
+    return True

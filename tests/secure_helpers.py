@@ -7,7 +7,7 @@ import time
 from pathlib import Path
 
 import yaml
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
     AclBindingFilter,
@@ -68,6 +68,49 @@ def committed_records(box, cluster: str, topic: str, partitions: int) -> int:
     return total
 
 
+def keys_by_partition(box, cluster: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
+    """(offset, key) of every committed record per partition, read as admin in log order."""
+    consumer = Consumer({**props(box, cluster), "group.id": "audit", "enable.auto.commit": False,
+                         "isolation.level": "read_committed", "enable.partition.eof": True,
+                         "fetch.wait.max.ms": 10})
+    out: dict[int, list[tuple[int, bytes]]] = {p: [] for p in range(partitions)}
+    try:
+        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(partitions)])
+        done: set[int] = set()
+        deadline = time.monotonic() + 60
+        while len(done) < partitions:
+            assert time.monotonic() < deadline, f"{topic} on the {cluster}: no end of partitions in 60 s"
+            for m in consumer.consume(1000, timeout=1):
+                if m.error() is None:
+                    out[m.partition()].append((m.offset(), m.key()))
+                elif m.error().code() == KafkaError._PARTITION_EOF:
+                    done.add(m.partition())
+                else:
+                    raise KafkaException(m.error())
+    finally:
+        consumer.close()
+    return out
+
+
+def group_offsets(box, cluster: str, group: str, topic: str, partitions: int) -> dict[int, int]:
+    """The committed offsets of `group` on `topic` (read as admin), partitions without one left out."""
+    consumer = Consumer({**props(box, cluster), "group.id": group, "enable.auto.commit": False})
+    try:
+        got = consumer.committed([TopicPartition(topic, p) for p in range(partitions)], timeout=30)
+    finally:
+        consumer.close()
+    return {tp.partition: tp.offset for tp in got if tp.error is None and tp.offset >= 0}
+
+
+def commit_group(box, cluster: str, group: str, topic: str, offsets: dict[int, int]) -> None:
+    """Commits `offsets` for `group` as an application consumer would (as admin)."""
+    consumer = Consumer({**props(box, cluster), "group.id": group, "enable.auto.commit": False})
+    try:
+        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+    finally:
+        consumer.close()
+
+
 def _binding(acl: Acl) -> AclBinding:
     return AclBinding(getattr(ResourceType, acl.resource_type.upper().replace("TRANSACTIONALID", "TRANSACTIONAL_ID")),
                       acl.resource_name, getattr(ResourcePatternType, acl.pattern_type),
@@ -110,5 +153,5 @@ def write_config(box, path: Path, name: str, topics: str, source_principal: str 
     return path
 
 
-__all__ = ["KafkaException", "admin", "committed_records", "create_topic", "grant", "produce", "props",
-           "revoke_all", "write_config"]
+__all__ = ["KafkaException", "admin", "commit_group", "committed_records", "create_topic", "grant", "group_offsets",
+           "keys_by_partition", "produce", "props", "revoke_all", "write_config"]

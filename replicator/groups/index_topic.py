@@ -50,8 +50,9 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
         if not permissions.is_authorization_error(e.args[0]):
             raise
         # DescribeConfigs on the target topics is an optional ACL (config sync): size for the default.
-        log.warning("translation index retention: %s may not DescribeConfigs the target topics; assuming "
-                    "Kafka's default retention for them", permissions.who(cfg, "target"),
+        log.warning("translation index retention: %s; assuming Kafka's default retention for them",
+                    permissions.lacks(cfg, "target", ["DescribeConfigs"],
+                                      "Topic " + ", ".join(f"'{t}'" for t in target_topics)),
                     extra={"event": "index_retention_unknown"})
         described = {}
     retention = wanted_retention_ms(described)
@@ -71,9 +72,11 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
                 raise RuntimeError(f"creating the translation index topic {name!r} failed: {e.args[0].str()}") from None
         _await(target, name)
         return name
+    operation = "DescribeConfigs/AlterConfigs"  # the set grants AlterConfigs, which implies DescribeConfigs
     try:
         have = int(_describe(target, [name])[name].get("retention.ms", KAFKA_DEFAULT_RETENTION_MS))
         if _longer(retention, have):
+            operation = "AlterConfigs"
             resource = ConfigResource(ConfigResource.Type.TOPIC, name, incremental_configs=[
                 ConfigEntry("retention.ms", str(retention), incremental_operation=AlterConfigOpType.SET)])
             target.incremental_alter_configs([resource], request_timeout=30)[resource].result()
@@ -82,9 +85,9 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
     except KafkaException as e:
         if not permissions.is_authorization_error(e.args[0]):
             raise
-        log.warning("translation index retention not checked: %s may not DescribeConfigs/AlterConfigs Topic "
-                    "'%s'; keep its retention.ms at least the replicated topics'", permissions.who(cfg, "target"),
-                    name, extra={"event": "index_retention_skipped", "topic": name})
+        log.warning("translation index retention sizing skipped: %s; keep its retention.ms at least the "
+                    "replicated topics' (%d)", permissions.lacks(cfg, "target", [operation], f"Topic '{name}'"),
+                    retention, extra={"event": "index_retention_skipped", "topic": name})
     return name
 
 

@@ -21,9 +21,9 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from replicator import kafka_clients, topic_sync
+from replicator import kafka_clients, permissions, topic_sync
 from replicator.config import ReplicatorConfig
 from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState, ensure_topics
 from replicator.groups.translate import Translation, Translator
@@ -330,10 +330,18 @@ class GroupSyncObserver:
 
     def on_start(self, job) -> None:
         try:
+            # Its ACLs are optional: without them the feature is skipped, and said so, by name.
+            if not permissions.check_group_sync(self.cfg, kafka_clients.source_admin(self.cfg),
+                                                kafka_clients.target_admin(self.cfg)):
+                return
             self.sync = GroupSync(self.cfg, self.metrics)
             self.sync.start()
         except (KafkaException, RuntimeError) as e:
-            log.error("group sync not started: %s", e, extra={"event": "group_sync_failed"})
+            err = e.args[0] if isinstance(e, KafkaException) and e.args else None
+            refused = f" ({permissions.who(self.cfg, 'target')} / {permissions.who(self.cfg, 'source')} was " \
+                      f"refused)" if isinstance(err, KafkaError) and permissions.is_authorization_error(err) else ""
+            log.error("group sync not started%s: %s", refused, err.str() if isinstance(err, KafkaError) else e,
+                      extra={"event": "group_sync_failed"})
 
     def on_batch(self, stats: dict) -> None:
         pass

@@ -5,7 +5,8 @@
 - with the set, a run SIGKILLed and restarted replicates exactly once (`replicator verify`), and
   `lag`/`topics`/`verify` work through the same config file;
 - without any one required ACL the job exits 1 at start-up naming permission, resource and
-  principal, having written nothing; without the optional ones it skips those features and says so;
+  principal, having written nothing; without the optional ones it skips those features and says so
+  (each optional ACL on its own: test_security_optional.py);
 - bad credentials and certificates exit 1 promptly, naming the cluster and the cause;
 - no secret appears in any output, in either log format.
 
@@ -197,19 +198,6 @@ def test_each_missing_acl_stops_the_job_naming_it_with_nothing_written(box, uniq
     assert f" {gone.operation} {gone.resource_type} '{gone.resource_name}" in message, message
     nothing_written(box, topic, f"__replicator.{name}")
     assert_no_secrets(box, output, "the job's output")
-
-
-def test_missing_source_describe_configs_only_skips_config_sync(box, unique, tmp_path):
-    topic, name = f"sec-cfg-{unique}", f"sec-cfg-{unique}"
-    create_topic(box, "source", topic, PARTITIONS)
-    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2)
-    grant(box, [a for a in acl_set(config) if not (a.cluster == "source" and a.operation == "DescribeConfigs")])
-    with ReplicatorProcess(box, topic, name, tmp_path / "run.log", "--config", str(config)) as job:
-        wait_until(lambda: "topic config sync skipped" in job.log(), BOUNDED_S, "the skip message", job,
-                   interval=0.2)
-        assert job.sigterm() == 0
-        line = next(x for x in job.log().splitlines() if "topic config sync skipped" in x)
-    assert "DescribeConfigs" in line and "reader" in line and topic in line
 
 
 # -- bad credentials and certificates ------------------------------------------------------------
