@@ -6,6 +6,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from confluent_kafka import KafkaException
@@ -24,7 +25,11 @@ def test_admin_creates_topics_and_others_see_nothing(secure_sandbox, unique):
         topic = f"sec-smoke-{unique}"
         root = admin(secure_sandbox, cluster)
         root.create_topics([NewTopic(topic, 1, 1)], request_timeout=30)[topic].result()
-        assert topic in root.list_topics(timeout=30).topics
+        # The controller answered; the broker's metadata may show the topic a moment later.
+        deadline = time.monotonic() + 60
+        while topic not in root.list_topics(timeout=30).topics:
+            assert time.monotonic() < deadline, f"{topic} not listed 60 s after its creation"
+            time.sleep(0.2)
         # Authenticated, but no ACL: the topic is invisible and creating one is refused.
         other = admin(secure_sandbox, cluster, "other")
         assert topic not in other.list_topics(timeout=30).topics
