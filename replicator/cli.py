@@ -164,7 +164,10 @@ def connection_options(f):
 @connection_options
 @click.option("--master", help="Spark master URL (default local[cores,4]: local with task retries).")
 @click.option("--shards", type=str, help="Transactional shards (default: number of cores).")
-@click.option("--max-records-per-batch", type=str, help="Admission control per micro-batch.")
+@click.option("--batch-duration-seconds", type=str,
+              help="How long a shard task copies before the next micro-batch re-plans (default 30).")
+@click.option("--commit-interval-ms", type=str,
+              help="Commit a transaction this long after it began once the source is drained (default 50).")
 @click.option("--max-records-per-transaction", type=str, help="Bound of one target transaction.")
 @click.option("--on-data-loss", help="fail (default) or skip when retention overtook replication.")
 @click.option("--guarantee", help="exactly-once (default) or at-least-once.")

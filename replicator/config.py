@@ -68,7 +68,8 @@ class ReplicatorConfig:
     shards: int = 0
     master: str = ""
     guarantee: str = "exactly-once"
-    max_records_per_batch: int = 1_000_000
+    batch_duration_seconds: float = 30.0
+    commit_interval_ms: int = 50
     max_records_per_transaction: int = 200_000
     max_transaction_seconds: float = 10.0
     transaction_timeout_ms: int = 60_000
@@ -312,7 +313,8 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "shards": lambda k, v: _positive_int(k, v, 1, 4096),
     "master": _master,
     "guarantee": _choice("exactly-once", "at-least-once"),
-    "max_records_per_batch": lambda k, v: _positive_int(k, v, 1),
+    "batch_duration_seconds": _positive_float,
+    "commit_interval_ms": lambda k, v: _positive_int(k, v, 1, 60_000),
     "max_records_per_transaction": lambda k, v: _positive_int(k, v, 1),
     "max_transaction_seconds": _positive_float,
     "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, 900_000),

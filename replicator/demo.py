@@ -43,7 +43,7 @@ class _Job:
         self.log_path = log_path
         args = [sys.executable, "-m", "replicator.cli", "run", "--source-bootstrap-servers", source,
                 "--target-bootstrap-servers", target, "--topics", r"demo\..*", "--name", NAME,
-                "--metrics-port", "0", "--max-records-per-batch", "50000"]
+                "--metrics-port", "0"]
         self.proc = subprocess.Popen(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                      start_new_session=True)
         threading.Thread(target=self._pump, daemon=True).start()

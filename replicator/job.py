@@ -2,17 +2,14 @@
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import signal
-import socketserver
 import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -25,6 +22,7 @@ from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.lag import partition_lags
 from replicator.offsets import read_group
+from replicator.task_control import ControlServer
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
@@ -38,7 +36,7 @@ class JobObserver(Protocol):
     """What metrics, health checks and progress displays get to see of a run."""
 
     def on_start(self, job: Replicator) -> None: ...  # query started; job.spark, job.query usable
-    def on_batch(self, stats: dict) -> None: ...  # a committed micro-batch's merged writer stats
+    def on_batch(self, stats: dict) -> None: ...  # committed transactions' stats (live; "batches": 1 at a batch end)
     def on_lag(self, lags: list) -> None: ...  # list[PartitionLag], every PROGRESS_INTERVAL_S
     def on_stop(self) -> None: ...
 
@@ -158,42 +156,6 @@ def fence_current_layout(cfg: ReplicatorConfig) -> None:
         transactional_ids.fence(cfg, [transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)])
 
 
-class BatchStats:
-    """Receives each committed micro-batch's writer stats from the Spark driver-side sink."""
-
-    def __init__(self, on_batch: Callable[[dict], None] | None = None) -> None:
-        self.records = 0
-        self.batches = 0
-        self._lock = threading.Lock()
-        self._on_batch = on_batch
-        stats = self
-
-        class Handler(socketserver.StreamRequestHandler):
-            def handle(self) -> None:
-                for line in self.rfile:
-                    stats.add(json.loads(line))
-
-        self._server = socketserver.ThreadingTCPServer(("127.0.0.1", 0), Handler)
-        self._server.daemon_threads = True
-        threading.Thread(target=self._server.serve_forever, daemon=True, name="batch-stats").start()
-
-    @property
-    def address(self) -> str:
-        host, port = self._server.server_address[:2]
-        return f"{host}:{port}"
-
-    def add(self, stats: dict) -> None:
-        with self._lock:
-            self.records += stats.get("records", 0)
-            self.batches += 1
-        if self._on_batch:
-            self._on_batch(stats)
-
-    def close(self) -> None:
-        self._server.shutdown()
-        self._server.server_close()
-
-
 def spark_session(cfg: ReplicatorConfig, scratch: Path):
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
@@ -228,7 +190,7 @@ class Replicator:
         self.observers = list(observers or [])
         self.stop_requested = threading.Event()
         self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
-        self.stats = BatchStats(self._on_batch)
+        self.stats = ControlServer(self._on_batch, "127.0.0.1" if cfg.spark_master.startswith("local") else "0.0.0.0")
         self.mappings: list[topic_sync.TopicMapping] = []
         self.spark = None
         self.query = None
@@ -242,9 +204,10 @@ class Replicator:
 
     def request_stop(self, *_args) -> None:
         if not self.stop_requested.is_set():
-            log.info("stop requested: finishing the running micro-batch")
+            log.info("stop requested: the shard tasks commit what they copied and end")
         self.stop_requested.set()
         (self.scratch / "stop").touch()
+        self.stats.stop()
 
     def run(self) -> None:
         self.cfg, self.mappings = preflight(self.cfg)
@@ -257,11 +220,12 @@ class Replicator:
                                     "topics": len(self.mappings)})
         spark = self.spark = spark_session(self.cfg, self.scratch)
         try:
+            check_task_slots(self.cfg, spark)
             from replicator.spark_source import ReplicatorDataSource
 
             spark.dataSource.register(ReplicatorDataSource)
             options = {"config": self.cfg.to_json(), "stop_flag": str(self.scratch / "stop"),
-                       "stats_addr": self.stats.address}
+                       "stats_addr": f"{_driver_host(self.cfg, spark)}:{self.stats.port}"}
             # A fresh checkpoint per run: it is never trusted for correctness (the target is).
             self.query = (spark.readStream.format("replicator").options(**options).load()
                           .writeStream.format("replicator").options(**options)
@@ -295,6 +259,8 @@ class Replicator:
                     mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
                     if mappings != self.mappings:  # a new topic may keep records longer than the index does
                         ensure_index_topic(self.cfg, target, [m.target for m in mappings])
+                        # New topics and partitions join at a batch boundary: make one now.
+                        self.stats.end_running_batches()
                     self.mappings = mappings
                     lags = partition_lags(self.cfg, source, target, self.mappings)
                     lag = sum(x.records for x in lags)
@@ -321,7 +287,7 @@ class Replicator:
             return False
         log.error("the target was promoted (switchover/failover): stopping, this direction must not copy again",
                   extra={"event": "promoted"})
-        self.stop_requested.set()
+        self.request_stop()
         return True
 
     def _on_deleted(self, topics: list[str]) -> None:
@@ -352,6 +318,37 @@ class Replicator:
             log.warning("at shutdown: %s; the next start fences them before writing", e)
         self.stats.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def check_task_slots(cfg: ReplicatorConfig, spark) -> None:
+    """Every shard's task runs for a whole batch: a shard without a slot of its own would wait a whole
+    batch duration for one, each batch."""
+    slots = _task_slots(spark)
+    if slots is not None and cfg.shard_count > slots:
+        raise RuntimeFailure(
+            f"{cfg.shard_count} shards need {cfg.shard_count} concurrent Spark task slots, but master "
+            f"{cfg.spark_master} offers {slots}: each shard's task runs for batch_duration_seconds "
+            f"({cfg.batch_duration_seconds:g}s). Lower `shards` or give Spark more cores (local[N], "
+            f"spark.executor.instances x spark.executor.cores, spark.cores.max).")
+
+
+def _task_slots(spark) -> int | None:
+    conf = spark.sparkContext.getConf()
+    per_task = int(conf.get("spark.task.cpus", "1"))
+    master = conf.get("spark.master", "")
+    if master.startswith("local"):
+        return spark.sparkContext.defaultParallelism // per_task
+    if conf.contains("spark.cores.max"):
+        return int(conf.get("spark.cores.max")) // per_task
+    if conf.contains("spark.executor.instances") and conf.contains("spark.executor.cores"):
+        return int(conf.get("spark.executor.instances")) * int(conf.get("spark.executor.cores")) // per_task
+    return None  # a cluster sized elsewhere (dynamic allocation, the whole standalone cluster)
+
+
+def _driver_host(cfg: ReplicatorConfig, spark) -> str:
+    if cfg.spark_master.startswith("local"):
+        return "127.0.0.1"
+    return spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
 
 
 def _root_cause(error) -> str:

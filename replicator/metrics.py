@@ -192,8 +192,9 @@ class MetricsObserver:
         m.fenced.inc(stats.get("fenced", 0))
         m.recreations.inc(stats.get("producer_recreations", 0))
         m.data_loss.inc(stats.get("data_loss_events", 0))
-        m.batches.inc()
-        m.batch_records.observe(stats.get("records", 0))
+        if stats.get("batches"):  # a micro-batch ended: its leftovers; the rest arrived live
+            m.batches.inc(stats["batches"])
+            m.batch_records.observe(stats.get("batch_records", 0))
         m.last_progress.set(now)
         self.last_batch_at = now
         # Rare events get a log line whose fields are named like the metrics, for log-based alerting.

@@ -4,7 +4,8 @@ Keyed by *target* topic-partition (the broker refuses offsets for partitions it 
 value is the NEXT source offset to copy. The commit metadata (<= 4 KiB by broker default) records the
 source cluster and topic, the shard layout and job name that wrote it (so a later start can fence
 those transactional ids even after `--shards` or `--name` changed), and the last exact
-source->target offset pair, which consumer-group failover needs.
+source->target offset pair, which consumer-group failover needs, and when it was committed (an
+idle partition's entry is re-committed before the group could expire it).
 """
 
 from __future__ import annotations
@@ -31,11 +32,12 @@ class CommitMetadata:
     source_offset: int = -1  # last copied source offset ...
     target_offset: int = -1  # ... and where it landed on the target
     job: str = ""  # the job name its transactional ids derive from; "" in version 1 entries
+    committed_at: int = 0  # unix seconds of the commit that wrote it; 0 before version 3
 
     def encode(self) -> str:
-        return json.dumps({"v": 2, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
-                           "s": self.shard, "so": self.source_offset, "to": self.target_offset, "j": self.job},
-                          separators=(",", ":"))
+        return json.dumps({"v": 3, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
+                           "s": self.shard, "so": self.source_offset, "to": self.target_offset, "j": self.job,
+                           "t": self.committed_at}, separators=(",", ":"))
 
     @classmethod
     def decode(cls, text: str | None) -> CommitMetadata | None:
@@ -45,7 +47,7 @@ class CommitMetadata:
         try:
             d = json.loads(text)
             return cls(str(d["sc"]), str(d["st"]), int(d["n"]), int(d["s"]), int(d.get("so", -1)),
-                       int(d.get("to", -1)), str(d.get("j", "")))
+                       int(d.get("to", -1)), str(d.get("j", "")), int(d.get("t", 0)))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 

@@ -1,14 +1,18 @@
 """The data path: one shard's exactly-once copy, read -> produce -> commit offsets -> commit.
 
-A shard owns a fixed set of source partitions and one static transactional.id on the target. Each
-call copies the planned ranges up to their end offsets:
+A shard owns a fixed set of source partitions and one static transactional.id on the target. A
+shard task (one per micro-batch, see `spark_source`) runs for `batch_duration_seconds`, or until
+the driver tells it to end early, copying whatever arrives in its partitions:
 
-1. a fresh producer with the shard's transactional.id calls `init_transactions()`, which fences any
-   other holder of the id (zombie instance, earlier task attempt) and resolves its open transaction;
+1. a fresh producer with the shard's transactional.id calls `init_transactions()`, once per task,
+   which fences any other holder of the id (zombie instance, earlier task attempt) and resolves its
+   open transaction;
 2. the fake group's offsets are read back from the target: that, not Spark's plan, says where each
-   partition resumes, so replayed ranges are never copied twice;
+   partition resumes, so replayed work is never copied twice;
 3. records are consumed read_committed from the source and produced to the same partition number
-   with key, value, headers and timestamp, in transactions bounded by records and time;
+   with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
+   after they began once the source has nothing more queued (latency), and bounded by
+   `max_records_per_transaction` and `max_transaction_seconds` while catching up (throughput);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
    partition it advanced, so data and position commit atomically; and, produced after the data's
    delivery reports and before those offsets, one translation index entry per partition it copied
@@ -16,6 +20,8 @@ call copies the planned ranges up to their end offsets:
 
 Any Kafka error in the transaction drops the producer and starts again at step 1: whatever happened
 before (commit or not), the re-read offsets tell the truth.
+
+`copy()` runs the same loop up to given end offsets and returns (tests, the bench's bare loop).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass, field
+from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
@@ -31,16 +38,17 @@ from replicator import kafka_clients, transactional_ids
 from replicator.client_errors import Outcome, classify
 from replicator.config import ReplicatorConfig
 from replicator.groups import index
-from replicator.offsets import NO_OFFSET, CommitMetadata, read_committed
+from replicator.offsets import NO_OFFSET, CommitMetadata, Committed, read_committed
 from replicator.replication_policy import Provenance
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 6
-STALL_TIMEOUT_S = 120.0
+MAX_ATTEMPTS = 6  # consecutive failed attempts (no commit in between) before the task fails
 _OFFSET_BEGINNING = -2
 _LATENCY_SAMPLES_PER_TXN = 8
 _CONSUME_BATCH = 10_000
+_IDLE_WAIT_S = 0.2  # longest wait for a first record; any arriving record ends it at once
+_REPORT_INTERVAL_S = 1.0
 
 
 class DataLossError(RuntimeError):
@@ -56,8 +64,8 @@ class CopyRange:
     source_topic: str
     target_topic: str
     partition: int
-    start: int  # planned start: used only where the fake group holds nothing yet
-    end: int  # exclusive; a last stable offset of the source when planned
+    start: int  # used only where the fake group holds nothing yet; -1: the log start
+    end: int | None = None  # exclusive (a last stable offset of the source); None: whatever arrives
 
 
 @dataclass
@@ -70,6 +78,7 @@ class CopyStats:
     producer_recreations: int = 0
     data_loss_events: int = 0
     refreshed: int = 0  # idle partitions whose unchanged offsets were re-committed
+    batch_records: int = 0  # records the whole task copied (what it reported live included)
     transaction_seconds: list[float] = field(default_factory=list)
     latency_seconds: list[float] = field(default_factory=list)
     # "topic|partition" -> [records, bytes, next source offset, commit unix time]
@@ -77,6 +86,17 @@ class CopyStats:
 
     def to_dict(self) -> dict:
         return dict(self.__dict__)
+
+    def empty(self) -> bool:
+        return not (self.transactions or self.aborted or self.fenced or self.producer_recreations
+                    or self.data_loss_events)
+
+
+class DriverLink(Protocol):
+    """The running task's line to the driver (`task_control`): live stats out, "end now" in."""
+
+    def stop_requested(self) -> bool: ...
+    def report(self, stats: dict) -> bool: ...  # False: not delivered, keep the stats
 
 
 @dataclass
@@ -87,6 +107,7 @@ class _PartitionState:
     meta: CommitMetadata
     done: bool = False
     dirty: bool = False  # advanced in the open transaction
+    refresh: bool = False  # committed only to keep an idle partition's offset from expiring
     records: int = 0
     bytes: int = 0
     first_ts: int = -1
@@ -106,11 +127,14 @@ class _PartitionState:
             self.gaps += (self.next, offset)
         self.next = offset
 
+    def beyond(self, offset: int) -> bool:
+        return self.r.end is not None and offset >= self.r.end
 
-# Cached per Python worker: consumers keep warm connections between micro-batches. Producers are
-# NOT cached: each task uses two Python workers (reader and writer) taken from Spark's idle pool, so
-# a shard rarely comes back to the worker that last initialised its transactional.id (measured: 2 %
-# of tasks), and a stale producer is fenced anyway; a fresh one costs ~18 ms.
+
+# Cached per Python worker: consumers keep warm connections between tasks. Producers are NOT cached:
+# a task takes a Python worker from Spark's idle pool, so a shard rarely comes back to the worker
+# that last initialised its transactional.id, and a stale producer is fenced anyway; a fresh one
+# costs ~18 ms once per task.
 _consumers: dict[str, Consumer] = {}
 _group_readers: dict[str, Consumer] = {}
 _cluster_ids: dict[str, str] = {}
@@ -137,6 +161,13 @@ class ShardCopier:
         self.provenance = self._provenance(key) if cfg.provenance_header else None
         self.index_partitions = self._index_partitions(key) if cfg.translation_index and cfg.exactly_once else 0
         self.stats = CopyStats()
+        self._link: DriverLink | None = None
+        self._reported = time.monotonic()
+        # The open transaction: when its first change was made, its records, whether Kafka's began.
+        self._txn_started: float | None = None
+        self._txn_records = 0
+        self._txn_begun = False
+        self._committed = False  # a transaction committed since the last failure
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
@@ -153,17 +184,33 @@ class ShardCopier:
             _cluster_ids[key + "|index"] = str(len(md.partitions))
         return int(_cluster_ids[key + "|index"])
 
-    def copy(self, ranges: list[CopyRange], refresh: list[tuple[str, str, int]] | None = None) -> CopyStats:
-        """Copies `ranges`, then re-commits the unchanged offsets of the idle partitions in `refresh`
-        (source topic, target topic, partition) so the group never expires them."""
-        for attempt in range(1, MAX_ATTEMPTS + 1):
+    # -- entry points ---------------------------------------------------------------------------
+    def run(self, ranges: list[CopyRange], deadline: float, link: DriverLink | None = None) -> CopyStats:
+        """A shard task: copies whatever arrives in `ranges` until `deadline` (time.monotonic()) or
+        until the driver asks to end. Stats go to the driver as transactions commit; the returned
+        stats are those it did not take."""
+        self._link = link
+
+        def should_stop() -> bool:
+            return time.monotonic() >= deadline or (link is not None and link.stop_requested())
+
+        self._attempts(ranges, should_stop)
+        self._report(force=True)
+        return self.stats
+
+    def copy(self, ranges: list[CopyRange]) -> CopyStats:
+        """Copies up to the ranges' end offsets and returns (tests and the bench's bare loop)."""
+        self._attempts(ranges, lambda: False)
+        return self.stats
+
+    def _attempts(self, ranges: list[CopyRange], should_stop) -> None:
+        failures = 0
+        while True:
             producer = None
             try:
                 producer = self._new_producer()
-                self._copy_with(producer, ranges)
-                if refresh:
-                    self._refresh(producer, refresh)
-                return self.stats
+                self._copy_with(producer, ranges, should_stop)
+                return
             except KafkaException as e:
                 err = e.args[0]
                 outcome = classify(err)
@@ -180,17 +227,22 @@ class ShardCopier:
                                 extra={"shard": self.shard, "event": "fenced"})
                 elif outcome is Outcome.ABORT and producer is not None:
                     self._abort(producer)
+                failures = 1 if self._committed else failures + 1
+                self._committed = False
+                if failures >= MAX_ATTEMPTS:
+                    raise RuntimeError(f"shard {self.shard}: giving up after {MAX_ATTEMPTS} transaction attempts "
+                                       f"without a commit; last error: {err.str()}") from None
                 log.warning("transaction failed (%s); attempt %d of %d restarts from the target's offsets",
-                            err.str(), attempt, MAX_ATTEMPTS, extra={"shard": self.shard})
+                            err.str(), failures + 1, MAX_ATTEMPTS, extra={"shard": self.shard})
                 self.stats.producer_recreations += 1
-                time.sleep(min(0.2 * attempt, 2.0))
+                time.sleep(min(0.2 * failures, 2.0))
             finally:
                 # Resumed before unassign: a partition assigned again while still paused stalls ~1 s
                 # after resume() in librdkafka 2.16 (measured: every third micro-batch).
                 self.consumer.resume(self.consumer.assignment())
                 self.consumer.unassign()
+                self._txn_started, self._txn_records, self._txn_begun = None, 0, False
                 del producer
-        raise RuntimeError(f"shard {self.shard}: giving up after {MAX_ATTEMPTS} transaction attempts")
 
     def _new_producer(self) -> Producer:
         if not self.cfg.exactly_once:
@@ -204,71 +256,83 @@ class ShardCopier:
         except KafkaException as e:
             log.warning("abort failed (%s); the next init_transactions() resolves it", e.args[0].str())
 
-    def _copy_with(self, producer: Producer, ranges: list[CopyRange]) -> None:
+    # -- the loop -------------------------------------------------------------------------------
+    def _copy_with(self, producer: Producer, ranges: list[CopyRange], should_stop) -> None:
         states = self._resume_points(ranges)
         if not states:
             return
         tps = [TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()]
         self.consumer.assign(tps)
-        last_progress = time.monotonic()
         injected = False
-        while not all(s.done for s in states.values()):
-            if self.cfg.exactly_once:
-                producer.begin_transaction()
-            started, txn_records = time.monotonic(), 0
-            while (txn_records < self.cfg.max_records_per_transaction
-                   and time.monotonic() - started < self.cfg.max_transaction_seconds
-                   and not all(s.done for s in states.values())):
-                # consume() returns early only once it has as many records as asked for: asking for
-                # no more than the ranges still hold spares a small batch the whole timeout.
-                msgs = self.consumer.consume(_wanted(states), 0.02)
-                if msgs:
-                    txn_records += self._produce_batch(producer, msgs, states)
-                    last_progress = time.monotonic()
-                elif time.monotonic() - last_progress > STALL_TIMEOUT_S:
-                    stuck = [f"{s.r.source_topic}[{s.r.partition}]" for s in states.values() if not s.done]
-                    raise RuntimeError(f"no progress for {STALL_TIMEOUT_S:.0f}s reading {', '.join(stuck)}")
+        while not should_stop() and not all(s.done for s in states.values()):
+            msgs = self._fetch(self._wait())
+            if msgs:
+                self._produce_batch(producer, msgs, states)
+            # A full batch means the source has more queued: grow the transaction (catch-up
+            # throughput) up to its record and time bounds instead of committing at the interval.
+            if not self._due(backlog=len(msgs) >= _CONSUME_BATCH):
+                continue
             if self.fault == "fail-before-commit" and not injected:
                 producer.flush(30)
                 raise InjectedFault("test fault: failing after producing, before commit")
-            self._commit(producer, states, started)
+            self._commit(producer, states)
             if self.fault == "fail-after-commit" and not injected:
                 raise InjectedFault("test fault: failing after the first committed transaction")
             injected = injected or bool(self.fault)
+        if self._txn_started is not None:
+            self._commit(producer, states)
 
-    def _refresh(self, producer: Producer, idle: list[tuple[str, str, int]]) -> None:
-        # Values read after this task's init_transactions(): no zombie can move them any more.
-        committed = read_committed(self.group, [(t, p) for _, t, p in idle])
-        offsets = [TopicPartition(t, p, c.offset, metadata=c.metadata.encode() if c.metadata else None)
-                   for (t, p), c in sorted(committed.items()) if c.offset >= 0]
-        if not offsets:
-            return
-        if self.cfg.exactly_once:
-            producer.begin_transaction()
-            producer.send_offsets_to_transaction(offsets, self.group.consumer_group_metadata(), 60)
-            producer.commit_transaction(60)
-        else:
-            self.group.commit(offsets=offsets, asynchronous=False)
-        self.stats.refreshed = len(offsets)
+    def _wait(self) -> float:
+        if self._txn_started is None:
+            return _IDLE_WAIT_S
+        return max(0.0, self._txn_started + self.cfg.commit_interval_ms / 1000 - time.monotonic())
+
+    def _fetch(self, wait: float) -> list:
+        msgs = self.consumer.consume(_CONSUME_BATCH, 0)
+        if msgs or wait <= 0:
+            return msgs
+        # consume() with a timeout waits for a full batch; poll() returns at the first record.
+        first = self.consumer.poll(wait)
+        return [first, *self.consumer.consume(_CONSUME_BATCH - 1, 0)] if first is not None else []
+
+    def _due(self, backlog: bool) -> bool:
+        if self._txn_started is None:
+            return False
+        age = time.monotonic() - self._txn_started
+        if self._txn_records >= self.cfg.max_records_per_transaction or age >= self.cfg.max_transaction_seconds:
+            return True
+        return not backlog and age >= self.cfg.commit_interval_ms / 1000
+
+    def _changed(self, st: _PartitionState) -> None:
+        st.dirty = True
+        if self._txn_started is None:
+            self._txn_started = time.monotonic()
 
     def _resume_points(self, ranges: list[CopyRange]) -> dict[tuple[str, int], _PartitionState]:
         committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])
         states = {}
+        stale = time.time() - self.cfg.offsets_refresh_interval_seconds
         for r in ranges:
             c = committed.get((r.target_topic, r.partition))
             offset = c.offset if c is not None else NO_OFFSET
             start = offset if offset >= 0 else (r.start if r.start >= 0 else _OFFSET_BEGINNING)
-            if start >= r.end:
+            if r.end is not None and start >= r.end:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
             meta = (c.metadata if c and c.metadata else None) or CommitMetadata(
                 self.source_cluster, r.source_topic, self.cfg.shard_count, self.shard, job=self.cfg.name)
-            states[(r.source_topic, r.partition)] = _PartitionState(r, start, offset >= 0, meta, txn_begin=start)
+            st = states[(r.source_topic, r.partition)] = _PartitionState(r, start, offset >= 0, meta, txn_begin=start)
+            # A group's offsets expire offsets.retention.minutes after their last commit: an idle
+            # partition's is re-committed by its owner, in its own transaction (a commit from anywhere
+            # else would fence this shard's writer).
+            if needs_refresh(c, stale):
+                st.refresh = True
+                self._changed(st)
         return states
 
-    def _produce_batch(self, producer: Producer, msgs: list, states: dict) -> int:
+    def _produce_batch(self, producer: Producer, msgs: list, states: dict) -> None:
         if self.provenance is not None:  # once per batch: the default path pays nothing per record
             msgs = self.provenance.apply(
-                msgs, lambda m: m.offset() < states[(m.topic(), m.partition())].r.end)
+                msgs, lambda m: not states[(m.topic(), m.partition())].beyond(m.offset()))
         produce, produced = producer.produce, 0
         lasts = _last_index_per_partition(msgs, states)
         for i, m in enumerate(msgs):
@@ -277,7 +341,7 @@ class ShardCopier:
                 continue
             st = states[(m.topic(), m.partition())]
             offset = m.offset()
-            if st.done or offset >= st.r.end:
+            if st.done or st.beyond(offset):
                 self._finish(st)
                 continue
             if offset != st.next:
@@ -287,6 +351,9 @@ class ShardCopier:
             # transaction: exact source->target offset pairs at a fraction of one report per record.
             first = st.records == 0
             report = _PairReport(st, offset, first) if first or i in lasts else None
+            if self.cfg.exactly_once and not self._txn_begun:
+                producer.begin_transaction()
+                self._txn_begun = True
             while True:
                 try:
                     produce(st.r.target_topic, value, key, st.r.partition, headers=m.headers(),
@@ -302,10 +369,13 @@ class ShardCopier:
                 st.first_ts = ts
             st.last_ts = ts
             produced += 1
-            if st.next >= st.r.end:
+            if st.beyond(st.next):
                 self._finish(st)
+        if produced:
+            self._txn_records += produced
+            if self._txn_started is None:
+                self._txn_started = time.monotonic()
         producer.poll(0)
-        return produced
 
     def _finish(self, st: _PartitionState) -> None:
         if st.done:
@@ -313,7 +383,7 @@ class ShardCopier:
         # Offsets between the last record and the planned end are markers or aborted records.
         if st.next != st.r.end:
             st.skip_to(st.r.end)
-            st.dirty = True
+            self._changed(st)
         st.done = True
         self.consumer.pause([TopicPartition(st.r.source_topic, st.r.partition)])
 
@@ -321,17 +391,24 @@ class ShardCopier:
         err = m.error()
         st = states.get((m.topic(), m.partition()))
         if err.code() == KafkaError._PARTITION_EOF:
-            if st is not None and m.offset() >= st.r.end:
+            if st is None or st.done:
+                return
+            if st.beyond(m.offset()):
                 self._finish(st)
+            elif m.offset() > st.next:
+                # The end of what the source has committed lies past the last record: transaction
+                # markers or aborted records. Moving over them lets the group reach the source's end.
+                st.skip_to(m.offset())
+                self._changed(st)
             return
         if st is not None and err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             self._on_out_of_range(st)
             return
         if st is not None and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
                                              KafkaError._UNKNOWN_PARTITION):
-            # The source topic was deleted mid-batch: its range ends here, its offsets stay where they
+            # The source topic was deleted mid-task: its copy ends here, its offsets stay where they
             # are; the planner drops the topic at its next refresh.
-            log.warning("source %s[%d] disappeared while being copied; its range ends at offset %d",
+            log.warning("source %s[%d] disappeared while being copied; its copy ends at offset %d",
                         st.r.source_topic, st.r.partition, st.next, extra={"event": "topic_deleted"})
             st.done = True
             return
@@ -351,15 +428,16 @@ class ShardCopier:
                              "lost_from": st.next, "lost_to": low - 1})
             self.stats.data_loss_events += 1
         st.skip_to(max(low, st.next if st.next >= 0 else low))
-        st.dirty = True
-        if st.next >= st.r.end:
+        self._changed(st)
+        if st.beyond(st.next):
             self._finish(st)
         else:
             # seek() is refused on a partition in error state; re-adding it to the assignment works.
             self.consumer.incremental_unassign([tp])
             self.consumer.incremental_assign([TopicPartition(st.r.source_topic, st.r.partition, st.next)])
 
-    def _commit(self, producer: Producer, states: dict, started: float) -> None:
+    def _commit(self, producer: Producer, states: dict) -> None:
+        started = self._txn_started if self._txn_started is not None else time.monotonic()
         advanced = [s for s in states.values() if s.dirty]
         if advanced:
             producer.flush(60)  # every record acknowledged before the offsets join the transaction
@@ -371,10 +449,16 @@ class ShardCopier:
                                           metadata=self._metadata(s)))
         if self.cfg.exactly_once:
             if offsets:
+                if not self._txn_begun:
+                    producer.begin_transaction()
+                    self._txn_begun = True
                 producer.send_offsets_to_transaction(offsets, self.group.consumer_group_metadata(), 60)
-            producer.commit_transaction(60)
+            if self._txn_begun:
+                producer.commit_transaction(60)
         elif offsets:
             self.group.commit(offsets=offsets, asynchronous=False)
+        self._txn_started, self._txn_records, self._txn_begun = None, 0, False
+        self._committed = True
         now = time.time()
         self.stats.transactions += 1
         self.stats.transaction_seconds.append(time.monotonic() - started)
@@ -386,11 +470,24 @@ class ShardCopier:
             agg[2] = s.next
             agg[3] = now
             self.stats.records += s.records
+            self.stats.batch_records += s.records
             self.stats.bytes += s.bytes
+            if s.refresh and not s.records:
+                self.stats.refreshed += 1
             if s.first_ts > 0 and len(self.stats.latency_seconds) < 64 * _LATENCY_SAMPLES_PER_TXN:
                 self.stats.latency_seconds += [now - s.first_ts / 1000, now - s.last_ts / 1000]
-            s.dirty, s.records, s.bytes, s.first_ts, s.last_ts = False, 0, 0, -1, -1
+            s.dirty, s.refresh, s.records, s.bytes, s.first_ts, s.last_ts = False, False, 0, 0, -1, -1
             s.txn_begin, s.first_pair, s.gaps, s.delivery_error = s.next, None, [], None
+        self._report()
+
+    def _report(self, force: bool = False) -> None:
+        if self._link is None or self.stats.empty():
+            return
+        if not force and time.monotonic() - self._reported < _REPORT_INTERVAL_S:
+            return
+        if self._link.report({**self.stats.to_dict(), "batch_records": 0}):
+            self.stats = CopyStats(batch_records=self.stats.batch_records)
+        self._reported = time.monotonic()
 
     def _produce_index(self, producer: Producer, advanced: list[_PartitionState]) -> None:
         """After the data's delivery reports (they give the target offsets), before the offsets join
@@ -416,7 +513,7 @@ class ShardCopier:
     def _metadata(self, s: _PartitionState) -> str:
         so, to = s.pair if s.pair is not None else (s.meta.source_offset, s.meta.target_offset)
         s.meta = CommitMetadata(self.source_cluster, s.r.source_topic, self.cfg.shard_count, self.shard, so, to,
-                                self.cfg.name)
+                                self.cfg.name, int(time.time()))
         return s.meta.encode()
 
 
@@ -443,16 +540,6 @@ def _why_fatal(err: KafkaError) -> str:
     return "retrying cannot help"
 
 
-def _wanted(states: dict) -> int:
-    left = 0
-    for s in states.values():
-        if not s.done:
-            if s.next < 0:  # start unknown until the first record
-                return _CONSUME_BATCH
-            left += s.r.end - s.next
-    return max(1, min(left, _CONSUME_BATCH))
-
-
 def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
     """Each partition's last record in the batch that is inside its range (the one copied last)."""
     partitions = sum(not s.done for s in states.values())
@@ -462,13 +549,19 @@ def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
         m = msgs[i]
         if m.error() is None and (k := (m.topic(), m.partition())) not in seen:
             st = states.get(k)
-            if st is None or m.offset() >= st.r.end:
+            if st is None or st.beyond(m.offset()):
                 continue  # beyond the plan: not copied
             seen.add(k)
             lasts.add(i)
             if len(seen) == partitions:
                 break
     return lasts
+
+
+def needs_refresh(c: Committed | None, stale_before: float) -> bool:
+    """A committed offset whose last commit (or unknown commit time: an older entry) is older than
+    `stale_before` (unix seconds)."""
+    return c is not None and c.offset >= 0 and (c.metadata is None or c.metadata.committed_at < stale_before)
 
 
 def fault_for_attempt(attempt: int) -> str | None:

@@ -1,23 +1,22 @@
 """Spark wiring: a Python streaming data source that plans micro-batches and a sink that copies them.
 
-Planning (driver): offsets are `{source_topic: {"partition": offset}}`. The first batch starts at the
-fake group's offsets on the target; every batch ends at the source's last stable offsets, cut down
-by admission control. `partitions()` turns a batch into one input partition per shard.
+A micro-batch is an epoch, not a range of offsets: its plan gives each shard the partitions it owns,
+and the shard's task copies whatever arrives in them for `batch_duration_seconds` (see `shard_copy`),
+committing small transactions all along. Records therefore never wait for a batch to be planned or
+a task to start; Spark's batch boundary is only where new topics and partitions join and where a
+task's producer is re-created. The driver ends a batch early through `task_control` (stop, promoted
+target, changed partitions).
 
-Idle partitions: a never-joined group's offsets expire `offsets.retention.minutes` after their last
-commit, which would make the next start copy an idle partition again. The planner hands a partition
-that no batch touched for `offsets_refresh_interval_seconds` to its owning shard's next task, which
-re-commits the unchanged offset in its own transaction. Only the owner writes under its
-transactional id: a refresh from anywhere else would fence the shard's running writer. A batch that
-has nothing but refreshes to do is forced by an epoch under the `REFRESH_KEY` pseudo-topic (not a
-legal Kafka topic name).
+Planning (driver): offsets are `{"#epoch": {"n": N}}`. Every trigger after a finished batch plans the
+next epoch, unless the job is stopping or nothing is selected. No offsets are looked up for it: where
+each partition resumes is read by its task from the fake group on the target.
 
-Copying (executors): the reader emits one row per shard describing its ranges; the writer's task
-runs that shard's exactly-once copy (`shard_copy`) in the same Python worker that produces. Records
-therefore cross from the source consumer to the target producer without a round trip through the
-JVM; bench/DESIGN.md has the measurement behind that choice.
+Copying (executors): the reader emits one row per shard describing its partitions; the writer's
+task runs that shard's exactly-once copy in the same Python worker that produces. Records therefore
+cross from the source consumer to the target producer without a round trip through the JVM;
+bench/DESIGN.md has the measurement behind that choice.
 
-The Spark checkpoint of a query only stores these plans; a run always uses a fresh one, because the
+The Spark checkpoint of a query only stores these epochs; a run always uses a fresh one, because the
 writer resumes from the target's fake group whatever the plan says.
 """
 
@@ -26,13 +25,11 @@ from __future__ import annotations
 import json
 import logging
 import os
-import socket
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaError, KafkaException, TopicPartition
-from confluent_kafka.admin import OffsetSpec
+from confluent_kafka import KafkaException
 from pyspark.sql.datasource import (
     DataSource,
     DataSourceStreamReader,
@@ -50,7 +47,7 @@ log = logging.getLogger(__name__)
 
 SCHEMA = StructType([StructField("shard", IntegerType(), False), StructField("ranges", StringType(), False)])
 Offsets = dict[str, dict[str, int]]
-REFRESH_KEY = "#refresh"
+EPOCH_KEY = "#epoch"  # not a legal Kafka topic name
 
 
 class ReplicatorDataSource(DataSource):
@@ -71,8 +68,7 @@ class ReplicatorDataSource(DataSource):
 @dataclass
 class ShardPlan(InputPartition):
     shard: int
-    # JSON {"copy": [[source_topic, target_topic, partition, start, end], ...],
-    #       "refresh": [[source_topic, target_topic, partition], ...]}
+    # JSON {"batch": N, "copy": [[source_topic, target_topic, partition], ...]}
     ranges: str
 
 
@@ -88,10 +84,7 @@ class ReplicationPlanner(DataSourceStreamReader):
         self._admins = None
         self._topics: dict[str, tuple[str, int]] = {}  # source -> (target, partitions)
         self._refreshed = 0.0
-        self._started = time.monotonic()
-        self._last_copied: dict[tuple[str, int], float] = {}  # source partition -> last batch that advanced it
-        self._copied_to: dict[tuple[str, int], int] = {}
-        self._refresh_epochs: dict[int, list[tuple[str, int]]] = {}  # epoch -> partitions it re-commits
+        self._batch_ran = True
 
     # -- Kafka lookups ----------------------------------------------------------------------
     def _clients(self):
@@ -127,143 +120,44 @@ class ReplicationPlanner(DataSourceStreamReader):
         log.warning("source topic %s was deleted: its replication stops; target topic %s is kept",
                     topic, target, extra={"event": "source_topic_deleted", "topic": topic, "target_topic": target})
 
-    def _list_offsets(self, spec_factory, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
-        if not tps:
-            return {}
-        from confluent_kafka import IsolationLevel
-
-        source, _ = self._clients()
-        request = {TopicPartition(t, p): spec_factory() for t, p in tps}
-        futures = source.list_offsets(request, isolation_level=IsolationLevel.READ_COMMITTED,
-                                      request_timeout=30)
-        out, deleted = {}, set()
-        for tp, f in futures.items():
-            try:
-                out[(tp.topic, tp.partition)] = f.result().offset
-            except KafkaException as e:
-                if e.args[0].code() not in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC):
-                    raise
-                deleted.add(tp.topic)  # deleted since the last refresh
-        for topic in sorted(deleted & set(self._topics)):
-            self._forget(topic)
-        return out
-
-    def _all_partitions(self) -> list[tuple[str, int]]:
-        return [(s, p) for s, (_, n) in sorted(self._topics.items()) for p in range(n)]
-
     # -- Spark API ----------------------------------------------------------------------------
     def initialOffset(self) -> Offsets:
-        from replicator.offsets import read_group
-
-        self._refresh_topics(force=True)
-        _, target = self._clients()
-        committed = read_group(kafka_clients.group_reader(self.cfg), {t for t, _ in self._topics.values()})
-        tps = self._all_partitions()
-        earliest = self._list_offsets(OffsetSpec.earliest, tps)
-        out: Offsets = {}
-        for s, p in tps:
-            c = committed.get((self._topics[s][0], p))
-            out.setdefault(s, {})[str(p)] = self._copied_to[(s, p)] = c.offset if c is not None else earliest[(s, p)]
-        return out
+        return {EPOCH_KEY: {"n": 0}}
 
     def latestOffset(self, start: Offsets, limit=None) -> Offsets:
         if self.stop_flag and os.path.exists(self.stop_flag):
             return start  # stopping: plan nothing new, let the running batch finish
         try:
-            self._refresh_topics()
-            tps = self._all_partitions()
-            latest = self._list_offsets(OffsetSpec.latest, tps)
+            # After a batch (which can end early because partitions changed) the next one sees them.
+            self._refresh_topics(force=self._batch_ran)
         except KafkaException as e:
             # A source broker restarting ("No leaders found"): plan nothing this trigger, ask again next.
-            log.warning("source offsets unavailable (%s); retrying at the next trigger", e.args[0].str())
+            log.warning("source topics unavailable (%s); retrying at the next trigger", e.args[0].str())
             return start
-        tps = [tp for tp in tps if tp in latest]
-        new = [tp for tp in tps if str(tp[1]) not in start.get(tp[0], {})]
-        begin = {tp: start[tp[0]][str(tp[1])] for tp in tps if tp not in new}
-        begin.update(self._list_offsets(OffsetSpec.earliest, new))
-        end = _admit(begin, latest, self.cfg.max_records_per_batch, _max_rows(limit))
-        return self._with_refresh(start, end, begin)
-
-    def _with_refresh(self, start: Offsets, end: Offsets, begin: dict[tuple[str, int], int]) -> Offsets:
-        """Carries the refresh epoch forward, one up when idle partitions are due (see the module doc)."""
-        now = time.monotonic()
-        due = [tp for tp in begin
-               if end[tp[0]][str(tp[1])] == begin[tp] and begin[tp] > 0
-               and now - self._last_copied.get(tp, self._started) >= self.cfg.offsets_refresh_interval_seconds]
-        epoch = start.get(REFRESH_KEY, {}).get("epoch", 0)
-        if due:
-            epoch += 1
-            self._refresh_epochs = {epoch: sorted(due)}  # an epoch not yet planned is superseded
-            for tp in due:
-                self._last_copied[tp] = now
-        return {**end, REFRESH_KEY: {"epoch": epoch}}
+        self._batch_ran = False
+        if not self._topics:
+            return start  # nothing selected: no batch until a topic appears
+        return {EPOCH_KEY: {"n": _epoch(start) + 1}}
 
     def partitions(self, start: Offsets, end: Offsets) -> list[ShardPlan]:
-        by_shard: dict[int, dict[str, list]] = {}
-
-        def work(topic: str, p: int) -> dict[str, list]:
-            return by_shard.setdefault(shard_of(topic, p, self.cfg.shard_count), {"copy": [], "refresh": []})
-
-        for topic, ends in sorted(end.items()):
-            target = self._topics.get(topic, (None,))[0]
-            if target is None:
-                continue  # topic vanished from the selection (or the refresh epoch)
-            for p_str, e in ends.items():
-                p = int(p_str)
-                s = start.get(topic, {}).get(p_str, -1)
-                if e > s:
-                    work(topic, p)["copy"].append([topic, target, p, s, e])
-        epoch = end.get(REFRESH_KEY, {}).get("epoch", 0)
-        if epoch != start.get(REFRESH_KEY, {}).get("epoch", 0):
-            for topic, p in self._refresh_epochs.pop(epoch, []):
-                if topic in self._topics:
-                    work(topic, p)["refresh"].append([topic, self._topics[topic][0], p])
-        return [ShardPlan(shard, json.dumps(w)) for shard, w in sorted(by_shard.items())]
+        by_shard: dict[int, list] = {}
+        for topic, (target, n) in sorted(self._topics.items()):
+            for p in range(n):
+                by_shard.setdefault(shard_of(topic, p, self.cfg.shard_count), []).append([topic, target, p])
+        batch = _epoch(end)
+        return [ShardPlan(shard, json.dumps({"batch": batch, "copy": work}))
+                for shard, work in sorted(by_shard.items())]
 
     def read(self, partition: ShardPlan) -> Iterator[tuple[int, str]]:
         yield (partition.shard, partition.ranges)
 
     def commit(self, end: Offsets) -> None:
-        # The truth was committed on the target, in the writers' transactions; this only tells the
-        # idle-partition refresh which partitions a finished batch advanced.
-        now = time.monotonic()
-        for topic, ends in end.items():
-            if topic == REFRESH_KEY:
-                continue
-            for p_str, e in ends.items():
-                tp = (topic, int(p_str))
-                if e > self._copied_to.get(tp, -1):
-                    self._last_copied[tp] = now
-                    self._copied_to[tp] = e
+        # The truth was committed on the target, in the writers' transactions.
+        self._batch_ran = True
 
 
-def _max_rows(limit) -> int | None:
-    return getattr(limit, "max_rows", None)
-
-
-def _admit(begin: dict[tuple[str, int], int], latest: dict[tuple[str, int], int], budget: int,
-           spark_limit: int | None = None) -> Offsets:
-    """End offsets for the next batch: everything available, at most `budget` offsets in total,
-    shared fairly between lagging partitions so none starves."""
-    if spark_limit is not None:
-        budget = min(budget, spark_limit)
-    lag = {tp: max(0, latest[tp] - begin[tp]) for tp in begin}
-    grant = {tp: 0 for tp in begin}
-    pending = {tp for tp, n in lag.items() if n > 0}
-    while pending and budget > 0:
-        share = max(1, budget // len(pending))
-        for tp in sorted(pending):
-            take = min(share, lag[tp] - grant[tp], budget)
-            grant[tp] += take
-            budget -= take
-            if grant[tp] >= lag[tp]:
-                pending.discard(tp)
-            if budget <= 0:
-                break
-    out: Offsets = {}
-    for (topic, p), b in begin.items():
-        out.setdefault(topic, {})[str(p)] = b + grant[(topic, p)]
-    return out
+def _epoch(offsets: Offsets) -> int:
+    return int(offsets.get(EPOCH_KEY, {}).get("n", 0))
 
 
 @dataclass
@@ -282,25 +176,32 @@ class ShardWriter(DataSourceStreamWriter):
         from pyspark import TaskContext
 
         from replicator.shard_copy import CopyRange, ShardCopier, fault_for_attempt
+        from replicator.task_control import DriverLink
 
         cfg = ReplicatorConfig.from_json(self.config_json)
         ctx = TaskContext.get()
         fault = fault_for_attempt(ctx.attemptNumber() if ctx else 0)
+        deadline = time.monotonic() + cfg.batch_duration_seconds
         total: dict = {}
         for row in iterator:
             work = json.loads(row.ranges)
-            ranges = [CopyRange(*r) for r in work["copy"]]
-            stats = ShardCopier(cfg, row.shard, fault).copy(ranges, [tuple(r) for r in work["refresh"]]).to_dict()
+            link = DriverLink(self.stats_addr, work["batch"], row.shard)
+            try:
+                ranges = [CopyRange(source, target, p, -1) for source, target, p in work["copy"]]
+                stats = ShardCopier(cfg, row.shard, fault).run(ranges, deadline, link).to_dict()
+            finally:
+                link.close()
             total = _merge(total, stats)
         return ShardCommitMessage(total)
 
     def commit(self, messages: list, batchId: int) -> None:
+        # The tasks' stats went to the driver live; what is left here is what they could not send.
         merged: dict = {}
         for m in messages:
             if m is not None:
                 merged = _merge(merged, m.stats)
-        if self.stats_addr and merged:
-            _send_stats(self.stats_addr, {"batch": batchId, **merged})
+        if self.stats_addr:
+            _send_stats(self.stats_addr, {**merged, "batch": batchId, "batches": 1})
 
     def abort(self, messages: list, batchId: int) -> None:
         # Nothing to undo: a failed attempt's committed transactions are real and recorded in the
@@ -327,9 +228,8 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 def _send_stats(addr: str, payload: dict) -> None:
-    host, port = addr.rsplit(":", 1)
-    try:
-        with socket.create_connection((host, int(port)), timeout=5) as sock:
-            sock.sendall(json.dumps(payload).encode() + b"\n")
-    except OSError as e:  # metrics must never fail a batch whose data is committed
-        log.warning("could not report batch stats to the driver: %s", e)
+    from replicator.task_control import DriverLink
+
+    link = DriverLink(addr, payload["batch"], -1)  # metrics must never fail a batch whose data is committed
+    link.report(payload)
+    link.close()

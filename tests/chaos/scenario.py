@@ -145,7 +145,7 @@ class ChaosRun:
                                  "--shards", str(self.shards), target=self.wan,
                                  env={"TMPDIR": str(self.tmp), "REPLICATOR_TRANSACTION_TIMEOUT_MS":
                                       str(TRANSACTION_TIMEOUT_MS), "REPLICATOR_MAX_TRANSACTION_SECONDS": "2",
-                                      "REPLICATOR_MAX_RECORDS_PER_BATCH": "20000"})
+                                      "REPLICATOR_BATCH_DURATION_SECONDS": "10"})
         return proc.start()
 
     def _committed(self) -> int:

@@ -105,7 +105,8 @@ class SoakRun(ChaosRun):
                                  "--shards", str(self.shards),
                                  env={"TMPDIR": str(self.tmp),
                                       "REPLICATOR_TRANSACTION_TIMEOUT_MS": str(TRANSACTION_TIMEOUT_MS),
-                                      "REPLICATOR_MAX_TRANSACTION_SECONDS": "2"}).start()
+                                      "REPLICATOR_MAX_TRANSACTION_SECONDS": "2",
+                                      "REPLICATOR_BATCH_DURATION_SECONDS": "10"}).start()
 
     def _lag(self) -> int:
         try:

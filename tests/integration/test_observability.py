@@ -166,7 +166,7 @@ def test_prometheus_sees_exact_lag_and_throughput(sandbox, prometheus, unique, t
     # -- run 1: one batch of 60 offsets, then a stable backlog ------------------------------------
     stalled_env = {**JOB_ENV, "REPLICATOR_TRIGGER_INTERVAL_MS": str(10**12),
                    "REPLICATOR_READINESS_WINDOW_SECONDS": "15"}
-    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", "--max-records-per-batch", "60",
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", "--batch-duration-seconds", "5",
                            "--shards", "2", env=stalled_env) as job:
         port = metrics_port(job)
         instance = f"127.0.0.1:{port}"

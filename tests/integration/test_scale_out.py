@@ -149,7 +149,7 @@ def test_worker_killed_mid_run_on_a_standalone_cluster_stays_exact(sandbox, clus
     feeder = threading.Thread(target=feed, args=(src, topic, unique, stop, fed, feed_errors))
     feeder.start()
     with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--config", str(config), "--master",
-                           cluster.url, "--shards", "4", "--max-records-per-batch", "50000", env=env) as job:
+                           cluster.url, "--shards", "4", "--batch-duration-seconds", "5", env=env) as job:
         try:
             wait_until(lambda: "progress:" in job.log(), 240, "the job to run", job)
             # One application holding an executor on each worker; the warm-up records are copied.

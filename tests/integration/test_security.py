@@ -102,7 +102,7 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
     create_topic(box, "source", topic, PARTITIONS)
     produce(box, topic, PARTITIONS, 4000)
     config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2,
-                          max_records_per_batch=500, max_records_per_transaction=250)
+                          batch_duration_seconds=5, max_records_per_transaction=250)
     grant(box, acl_set(config))
     outputs: list[str] = []
     group = f"__replicator.{name}"

@@ -59,7 +59,7 @@ def _capped_feeder(box: Sandbox, topic: str, unique: str, stop: threading.Event,
 
 
 def _run_then_crash(box: Sandbox, topic: str, name: str, log: Path, seconds: float) -> None:
-    job = ReplicatorProcess(box, topic, name, log, "--shards", "2", "--max-records-per-batch", "10000").start()
+    job = ReplicatorProcess(box, topic, name, log, "--shards", "2", "--batch-duration-seconds", "5").start()
     wait_until(lambda: "progress:" in job.log(), 600, "the job to run", job)
     time.sleep(seconds)
     job.sigkill()
@@ -80,9 +80,9 @@ def exactly_once_across(box: Sandbox, unique: str, logs: Path, crashes: int = 2,
             _run_then_crash(box, topic, name, logs / f"crash{n}.log", 3 + 2 * n)
         if zombie:
             with ReplicatorProcess(box, topic, name, logs / "a.log", "--shards", "2",
-                                   "--max-records-per-batch", "5000") as a, \
+                                   "--batch-duration-seconds", "5") as a, \
                  ReplicatorProcess(box, topic, name, logs / "b.log", "--shards", "2",
-                                   "--max-records-per-batch", "5000") as b:
+                                   "--batch-duration-seconds", "5") as b:
                 # Both copy the same stream until one of them has been fenced by the other.
                 wait_until(lambda: "fenced" in a.log() + b.log(), 600, "a twin to be fenced")
                 for job in (a, b):

@@ -31,7 +31,8 @@ INVALID = [
     ("shards a boolean", {"shards": True}, "shards", "boolean"),
     ("spark master scheme", {"master": "foo://x"}, "master", "Spark master URL"),
     ("guarantee", {"guarantee": "maybe-once"}, "guarantee", "exactly-once, at-least-once"),
-    ("batch records zero", {"max_records_per_batch": "0"}, "max_records_per_batch", ">= 1"),
+    ("batch duration zero", {"batch_duration_seconds": "0"}, "batch_duration_seconds", "positive"),
+    ("commit interval zero", {"commit_interval_ms": "0"}, "commit_interval_ms", "between 1 and 60000"),
     ("transaction records negative", {"max_records_per_transaction": "-5"}, "max_records_per_transaction", ">= 1"),
     ("transaction seconds zero", {"max_transaction_seconds": "0"}, "max_transaction_seconds", "positive"),
     ("transaction seconds infinite", {"max_transaction_seconds": "inf"}, "max_transaction_seconds", "finite"),
@@ -113,8 +114,8 @@ def test_invalid_values_from_the_file_and_the_environment_name_the_key(tmp_path)
         load(_flags({}), config_file=path, environ={})
     assert e.value.key == "shards"
     with pytest.raises(ConfigError) as e:
-        load(_flags({}), environ={"REPLICATOR_MAX_RECORDS_PER_BATCH": "lots"})
-    assert e.value.key == "max_records_per_batch"
+        load(_flags({}), environ={"REPLICATOR_COMMIT_INTERVAL_MS": "lots"})
+    assert e.value.key == "commit_interval_ms"
 
 
 def test_secret_values_never_appear_in_errors():

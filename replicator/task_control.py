@@ -1,0 +1,137 @@
+"""The line between the driver and its running shard tasks.
+
+A shard task runs for many seconds, so the driver cannot wait for it to finish to learn what it
+copied, and it must be able to end it early (SIGTERM, a promoted target, partitions that grew): on a
+Spark cluster too, where a file flag on the driver is invisible to executors. Each task therefore
+keeps one TCP connection to the driver. Every exchange is one JSON line each way: the task sends
+the stats of the transactions it committed since the last exchange (possibly none), the driver
+answers whether the task must end now.
+
+Losing the line never affects what is copied: a task that cannot reach the driver keeps copying
+until its batch duration ends, and hands its stats back through Spark's commit message instead.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import socket
+import socketserver
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+_EXCHANGE_INTERVAL_S = 0.5
+_TIMEOUT_S = 5.0
+
+
+class ControlServer:
+    """Driver side: receives the tasks' stats, tells tasks of ended batches to finish."""
+
+    def __init__(self, on_stats: Callable[[dict], None] | None = None, host: str = "127.0.0.1") -> None:
+        self.records = 0
+        self.batches = 0
+        self._lock = threading.Lock()
+        self._on_stats = on_stats
+        self._stopping = False
+        self._ended_before = -1  # tasks of batches up to this one must end
+        self._highest_batch = -1
+        server = self
+
+        class Handler(socketserver.StreamRequestHandler):
+            def handle(self) -> None:
+                for line in self.rfile:
+                    reply = server._exchange(json.loads(line))
+                    self.wfile.write(json.dumps(reply).encode() + b"\n")
+                    self.wfile.flush()
+
+        self._server = socketserver.ThreadingTCPServer((host, 0), Handler)
+        self._server.daemon_threads = True
+        threading.Thread(target=self._server.serve_forever, daemon=True, name="task-control").start()
+
+    @property
+    def port(self) -> int:
+        return self._server.server_address[1]
+
+    def _exchange(self, msg: dict) -> dict:
+        batch = int(msg.get("batch", -1))
+        with self._lock:
+            self._highest_batch = max(self._highest_batch, batch)
+            stop = self._stopping or batch <= self._ended_before
+        if stats := msg.get("stats"):
+            self.add(stats)
+        return {"stop": stop}
+
+    def add(self, stats: dict) -> None:
+        with self._lock:
+            self.records += stats.get("records", 0)
+            self.batches += stats.get("batches", 0)
+        if self._on_stats:
+            self._on_stats(stats)
+
+    def end_running_batches(self) -> None:
+        """The running tasks commit and end; the next batch is planned with what changed."""
+        with self._lock:
+            self._ended_before = self._highest_batch
+
+    def stop(self) -> None:
+        with self._lock:
+            self._stopping = True
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class DriverLink:
+    """Task side (implements `shard_copy.DriverLink`)."""
+
+    def __init__(self, address: str, batch: int, shard: int) -> None:
+        self.address, self.batch, self.shard = address, batch, shard
+        self._sock: socket.socket | None = None
+        self._file = None
+        self._broken = not address
+        self._stop = False
+        self._last = 0.0
+
+    def stop_requested(self) -> bool:
+        if not self._stop and time.monotonic() - self._last >= _EXCHANGE_INTERVAL_S:
+            self._exchange(None)
+        return self._stop
+
+    def report(self, stats: dict) -> bool:
+        return self._exchange(stats)
+
+    def _exchange(self, stats: dict | None) -> bool:
+        self._last = time.monotonic()
+        if self._broken:
+            return False
+        try:
+            if self._sock is None:
+                host, port = self.address.rsplit(":", 1)
+                self._sock = socket.create_connection((host, int(port)), timeout=_TIMEOUT_S)
+                self._file = self._sock.makefile("rwb")
+            msg = {"batch": self.batch, "shard": self.shard, **({"stats": stats} if stats else {})}
+            self._file.write(json.dumps(msg).encode() + b"\n")
+            self._file.flush()
+            line = self._file.readline()
+            if not line:
+                raise OSError("the driver closed the connection")
+            self._stop = self._stop or bool(json.loads(line).get("stop"))
+            return True
+        except (OSError, ValueError) as e:
+            # Copying goes on to the end of the batch; the stats travel in Spark's commit message.
+            log.warning("shard %d lost its line to the driver at %s (%s): live stats and early stop are off "
+                        "for this task", self.shard, self.address, e, extra={"shard": self.shard})
+            self._broken = True
+            self.close()
+            return False
+
+    def close(self) -> None:
+        if self._sock is not None:
+            try:
+                self._sock.close()
+            finally:
+                self._sock = self._file = None

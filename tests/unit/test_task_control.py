@@ -1,0 +1,42 @@
+"""The driver <-> shard task line, over real loopback sockets: live stats in, "end now" out."""
+
+from __future__ import annotations
+
+import socket
+
+from replicator.task_control import ControlServer, DriverLink
+
+
+def test_stats_reach_the_driver_and_only_the_running_batch_is_ended():
+    received = []
+    server = ControlServer(received.append)
+    try:
+        old = DriverLink(f"127.0.0.1:{server.port}", batch=3, shard=0)
+        assert old.report({"records": 5, "transactions": 1})
+        assert not old.stop_requested()
+        server.end_running_batches()  # partitions changed: batch 3 must end, a later one not
+        old._last = 0.0
+        assert old.stop_requested()
+        new = DriverLink(f"127.0.0.1:{server.port}", batch=4, shard=1)
+        assert not new.stop_requested()
+        server.stop()
+        new._last = 0.0
+        assert new.stop_requested()
+        assert received == [{"records": 5, "transactions": 1}]
+        assert server.records == 5 and server.batches == 0
+        server.add({"records": 0, "batches": 1})
+        assert server.batches == 1
+        old.close()
+        new.close()
+    finally:
+        server.close()
+
+
+def test_a_task_that_cannot_reach_the_driver_keeps_its_stats_and_copies_on():
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    link = DriverLink(f"127.0.0.1:{port}", batch=1, shard=0)
+    assert not link.report({"records": 1})  # not delivered: the caller keeps the stats
+    assert not link.stop_requested()  # no early stop without the driver; the batch deadline ends it
+    assert not DriverLink("", batch=1, shard=0).report({"records": 1})
