@@ -104,10 +104,12 @@ def test_idle_offset_refresh_never_fences_the_running_writer(sandbox, unique, tm
 
     env = {"REPLICATOR_OFFSETS_REFRESH_INTERVAL_SECONDS": "3"}
     thread = threading.Thread(target=trickle, daemon=True)
-    with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--shards", "1", env=env) as job:
+    # A task re-commits its stale partitions when it starts: short batches make four of them quick.
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--shards", "1",
+                           "--batch-duration-seconds", "5", env=env) as job:
         thread.start()
         try:
-            wait_until(lambda: job.log().count("re-committed the offsets of 1 idle partitions") >= 4, 180,
+            wait_until(lambda: job.log().count("re-committed the offsets of 1 idle partitions") >= 4, 300,
                        "four refreshes of the idle partition", job)
         finally:
             stop.set()

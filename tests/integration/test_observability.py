@@ -38,6 +38,7 @@ from tests.unit.test_dashboard_alerts import DASHBOARD, dashboard_exprs, expand
 PARTITIONS = 3
 PER_PARTITION = 100
 STEP_MS = 600_000  # record o of each partition is o * 10 minutes younger than the first
+FIRST_BATCH = 20  # records per partition that exist when run 1 starts
 JOB_ENV = {"REPLICATOR_METRICS_HOST": "127.0.0.1"}
 
 
@@ -160,10 +161,12 @@ def test_prometheus_sees_exact_lag_and_throughput(sandbox, prometheus, unique, t
     base_ms = int(time.time() * 1000) - 3 * 86_400_000
     records = [(p, f"k{o}".encode(), b"v" * 100, None, base_ms + o * STEP_MS)
                for o in range(PER_PARTITION) for p in range(PARTITIONS)]
-    assert produce_transactional(src, topic, records, f"obs-producer-{unique}", per_txn=50) == len(records)
-    source_end = end_offsets(src, topic, PARTITIONS)
+    # Run 1 copies what exists when it starts, in its one and only batch (a trigger interval that never
+    # comes again); what is produced after that batch is a stable backlog.
+    first = [r for r in records if r[4] < base_ms + FIRST_BATCH * STEP_MS]
+    assert produce_transactional(src, topic, first, f"obs-producer-{unique}", per_txn=50) == len(first)
 
-    # -- run 1: one batch of 60 offsets, then a stable backlog ------------------------------------
+    # -- run 1: one batch, then a stable backlog ------------------------------------------------
     stalled_env = {**JOB_ENV, "REPLICATOR_TRIGGER_INTERVAL_MS": str(10**12),
                    "REPLICATOR_READINESS_WINDOW_SECONDS": "15"}
     with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", "--batch-duration-seconds", "5",
@@ -173,6 +176,9 @@ def test_prometheus_sees_exact_lag_and_throughput(sandbox, prometheus, unique, t
         sel = f'{{instance="{instance}"}}'
         prometheus.scrape(instance)
         wait_until(lambda: prometheus.query(f"replicator_batches_total{sel} > 0")[1], 240, "the first batch", job)
+        rest = records[len(first):]
+        assert produce_transactional(src, topic, rest, f"obs-producer-{unique}", per_txn=50) == len(rest)
+        source_end = end_offsets(src, topic, PARTITIONS)
         # The batch's transactions committed before its stats reached the driver (last_batch); a
         # lag lookup that starts after a lookup that itself started after that sees the final state.
         last_batch = prometheus.query(f"replicator_last_batch_timestamp_seconds{sel}")[1]
