@@ -20,7 +20,10 @@ _TAG = "replicator-chaos-port-"
 
 
 def client_ports(cluster) -> list[int]:
-    return [n.port for n in getattr(cluster, "nodes", [cluster])]
+    """The brokers' client ports, and the proxied listeners' (tests/chaos/delayproxy.py): a
+    partition also cuts the slow link's leg from the proxy to the broker."""
+    nodes = getattr(cluster, "nodes", [cluster])
+    return [n.port for n in nodes] + [n.proxied_port for n in nodes if getattr(n, "proxied", False)]
 
 
 def _rules(port: int) -> list[list[str]]:
