@@ -2,8 +2,9 @@
 (default deny), with exactly the ACLs `replicator acls` prints, granted to the non-super principals
 `reader` (source) and `writer` (target):
 
-- with the set, a run SIGKILLed and restarted replicates exactly once (`replicator verify`), and
-  `lag`/`topics`/`verify` work through the same config file;
+- with the set, a run SIGKILLed and restarted replicates exactly once (`replicator verify`) and,
+  with exactly the required + group-sync ACLs, syncs an application's group to its exact translated
+  offsets; `lag`/`topics`/`verify` work through the same config file;
 - without any one required ACL the job exits 1 at start-up naming permission, resource and
   principal, having written nothing; without the optional ones it skips those features and says so
   (each optional ACL on its own: test_security_optional.py);
@@ -33,9 +34,12 @@ from replicator.sandbox.security import CertificateAuthority
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until
 from tests.secure_helpers import (
     admin,
+    commit_group,
     committed_records,
     create_topic,
     grant,
+    group_offsets,
+    keys_by_partition,
     produce,
     revoke_all,
     write_config,
@@ -101,7 +105,8 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
     topic, name = f"sec-eos-{unique}", f"sec-eos-{unique}"
     create_topic(box, "source", topic, PARTITIONS)
     produce(box, topic, PARTITIONS, 4000)
-    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2,
+    app = f"app-{unique}"  # an application's consumer group on the source
+    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=2, groups=app,
                           batch_duration_seconds=5, max_records_per_transaction=250)
     grant(box, acl_set(config))
     outputs: list[str] = []
@@ -118,12 +123,16 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
         job.sigkill()
         outputs.append(job.log())
     produce(box, topic, PARTITIONS, 2000, start=4000)
+    # The application has read part of each partition (record i sits in partition i % 2 at offset i // 2).
+    app_offsets = {0: 1234, 1: 2500}
+    commit_group(box, "source", app, topic, app_offsets)
 
-    # Run 2 (JSON logs) without the optional ACLs: the target topic exists, creation and config sync
-    # are skipped and said so; the copy resumes from the target's offsets group.
+    # Run 2 (JSON logs) with the least set for replication and group sync (required + group sync):
+    # the target topic exists, creation and config sync are skipped and said so; the copy resumes from
+    # the target's offsets group; the application's group is synced to its exact translated offsets.
     revoke_all(box, WRITER)
     revoke_all(box, READER)
-    grant(box, [a for a in acl_set(config) if a.feature == acls.REQUIRED])
+    grant(box, [a for a in acl_set(config) if a.feature in (acls.REQUIRED, acls.GROUP_SYNC)])
     with ReplicatorProcess(box, topic, name, tmp_path / "run2.log", "--config", str(config),
                            "--log-format", "json") as job:
         def caught_up() -> bool:
@@ -131,11 +140,17 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
             outputs.append(done.stdout + done.stderr)
             return done.returncode == 0
         wait_until(caught_up, 400, "catch-up after the restart", job, interval=5)
+        # Exact: the target offset of the very record the application would read next on the source.
+        keys = keys_by_partition(box, "target", topic, PARTITIONS)
+        wanted = {p: next(o for o, k in keys[p] if k == str(2 * x + p).encode()) for p, x in app_offsets.items()}
+        wait_until(lambda: group_offsets(box, "target", app, topic, PARTITIONS) == wanted, 120,
+                   f"group {app} synced to {wanted}", job, interval=2)
         assert job.sigterm() == 0
         log2 = job.log()
         outputs.append(log2)
     assert "topic creation skipped for target topic" in log2 and "topic config sync skipped" in log2
     assert "writer" in log2  # names the principal lacking the optional ACLs
+    assert "group sync skipped" not in log2 and "group sync not started" not in log2
     assert target_count() == 6000
 
     # verify, lag and topics through the same file (reader on the source, writer on the target).
