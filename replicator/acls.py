@@ -110,6 +110,12 @@ def translator_group(cfg: ReplicatorConfig) -> str:
     return f"{cfg.name}.translator"
 
 
+def _grants(cluster: str, principal: str, resource_type: str, pattern: str, name: str,
+            *grants: tuple[str, str, str]) -> list[Acl]:
+    """The entries for one resource and principal: an (operation, feature, why) each."""
+    return [Acl(cluster, principal, resource_type, pattern, name, op, feature, why) for op, feature, why in grants]
+
+
 def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCIPAL,
             target_principal: str = DEFAULT_TARGET_PRINCIPAL) -> list[Acl]:
     """Every ACL the configured replication uses, each tagged with the feature that needs it."""
@@ -119,87 +125,75 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
     for pattern, name in topic_patterns(cfg.topics):
         target_name = name if name == "*" else policy.target_topic(name)
         target_pattern = "PREFIXED" if name == "*" and target_name != "*" else pattern
-        acls += [
-            Acl("source", src, "Topic", pattern, name, "Read", REQUIRED,
-                "fetch records read_committed; also lists partitions and offsets (Read implies Describe)"),
-            Acl("source", src, "Topic", pattern, name, "DescribeConfigs", CONFIG_SYNC,
-                "read the source topic's configs to create the target topic with them and keep them in sync"),
-            Acl("target", dst, "Topic", target_pattern, target_name, "Write", REQUIRED,
-                "produce the copied records in transactions"),
-            Acl("target", dst, "Topic", target_pattern, target_name, "Read", REQUIRED,
-                "commit the source offsets into the offsets group with the records (TxnOffsetCommit "
-                "checks Read on the topic)"),
-            Acl("target", dst, "Topic", target_pattern, target_name, "Create", CREATE,
-                "create missing target topics with the source's partitions and configs"),
-            Acl("target", dst, "Topic", target_pattern, target_name, "Alter", CREATE,
-                "add partitions when a source topic grows"),
-            Acl("target", dst, "Topic", target_pattern, target_name, "AlterConfigs", CONFIG_SYNC,
-                "compare the target topic's configs with the source's and re-apply drifted ones "
-                "(AlterConfigs implies DescribeConfigs)"),
-        ]
+        acls += _grants(
+            "source", src, "Topic", pattern, name,
+            ("Read", REQUIRED, "fetch records read_committed; also lists partitions and offsets (Read implies "
+                               "Describe)"),
+            ("DescribeConfigs", CONFIG_SYNC, "read the source topic's configs to create the target topic with them "
+                                             "and keep them in sync"))
+        acls += _grants(
+            "target", dst, "Topic", target_pattern, target_name,
+            ("Write", REQUIRED, "produce the copied records in transactions"),
+            ("Read", REQUIRED, "commit the source offsets into the offsets group with the records (TxnOffsetCommit "
+                               "checks Read on the topic)"),
+            ("Create", CREATE, "create missing target topics with the source's partitions and configs"),
+            ("Alter", CREATE, "add partitions when a source topic grows"),
+            ("AlterConfigs", CONFIG_SYNC, "compare the target topic's configs with the source's and re-apply drifted "
+                                          "ones (AlterConfigs implies DescribeConfigs)"))
     if cfg.exactly_once and cfg.translation_index:
-        from replicator.groups.index import index_topic
-
-        index = index_topic(cfg.name)
-        acls += [
-            Acl("target", dst, "Topic", "LITERAL", index, "Write", REQUIRED,
-                "the translation index: one exact source->target offset entry per copy transaction"),
-            Acl("target", dst, "Topic", "LITERAL", index, "Create", CREATE,
-                "create the translation index topic at the first start"),
-            Acl("target", dst, "Topic", "LITERAL", index, "AlterConfigs", CONFIG_SYNC,
-                "check the translation index keeps records as long as the replicated topics, and raise its "
-                "retention if not (AlterConfigs implies DescribeConfigs)"),
-        ]
-    if cfg.exactly_once and cfg.translation_index:
-        from replicator.groups.checkpoints import checkpoints_topic
-        from replicator.groups.promotion import marker_topic
-
-        acls.append(Acl("target", dst, "Topic", "LITERAL", marker_topic(cfg.name), "Describe", REQUIRED,
-                        "see the switchover/failover marker topic: the job stops if the target was promoted "
-                        "(without it a promoted target would not be noticed)"))
-        checkpoints = checkpoints_topic(cfg.name)
-        translator = translator_group(cfg)
-        for pattern, groups in topic_patterns(cfg.groups):
-            acls += [
-                Acl("source", src, "Group", pattern, groups, "Describe", GROUP_SYNC,
-                    "list the source consumer groups and read their committed offsets"),
-                Acl("target", dst, "Group", pattern, groups, "Read", GROUP_SYNC,
-                    "commit translated offsets into the groups on the target (only while they are empty there)"),
-            ]
-        acls += [
-            Acl("source", src, "Group", "LITERAL", translator, "Describe", GROUP_SYNC,
-                "coordinator lookup of the translation reader's group.id (never joined or committed)"),
-            Acl("target", dst, "Group", "LITERAL", translator, "Describe", GROUP_SYNC,
-                "coordinator lookup of the checkpoint reader's group.id (never joined or committed)"),
-            Acl("target", dst, "Topic", "LITERAL", checkpoints, "Create", GROUP_SYNC,
-                "create the checkpoints topic at the first start"),
-            Acl("target", dst, "Topic", "LITERAL", checkpoints, "Write", GROUP_SYNC, "write group checkpoints"),
-            Acl("target", dst, "Topic", "LITERAL", checkpoints, "Read", GROUP_SYNC,
-                "load the checkpoints at start"),
-            Acl("target", dst, "Topic", "LITERAL", index, "Read", GROUP_SYNC,
-                "translate source offsets to target offsets through the index"),
-        ]
-        if cfg.mm2_compatible_checkpoints:
-            from replicator.groups.checkpoints import mm2_checkpoints_topic
-
-            mm2 = mm2_checkpoints_topic(cfg.source_alias)
-            acls += [
-                Acl("target", dst, "Topic", "LITERAL", mm2, "Create", GROUP_SYNC,
-                    "create MirrorMaker 2's checkpoints topic at the first start (mm2_compatible_checkpoints)"),
-                Acl("target", dst, "Topic", "LITERAL", mm2, "Write", GROUP_SYNC,
-                    "write MirrorMaker 2-format checkpoints (mm2_compatible_checkpoints)"),
-            ]
-    acls.append(Acl("source", src, "Group", "LITERAL", source_reader_group(cfg), "Describe", REQUIRED,
-                    "librdkafka looks up the coordinator of its consumer's group.id (FindCoordinator) although "
-                    "the job never joins that group or commits to it"))
-    acls.append(Acl("target", dst, "Group", "LITERAL", cfg.group, "Read", REQUIRED,
-                    "the offsets group: source offsets are committed into it in each transaction and read "
-                    "back at every start (Read implies Describe)"))
+        acls += _index_and_group_sync(cfg, src, dst)
+    acls += _grants("source", src, "Group", "LITERAL", source_reader_group(cfg),
+                    ("Describe", REQUIRED, "librdkafka looks up the coordinator of its consumer's group.id "
+                                           "(FindCoordinator) although the job never joins that group or commits "
+                                           "to it"))
+    acls += _grants("target", dst, "Group", "LITERAL", cfg.group,
+                    ("Read", REQUIRED, "the offsets group: source offsets are committed into it in each transaction "
+                                       "and read back at every start (Read implies Describe)"))
     if cfg.exactly_once:
-        acls.append(Acl("target", dst, "TransactionalId", "PREFIXED", f"{cfg.name}-shard-", "Write", REQUIRED,
-                        "one transactional producer per shard, `<name>-shard-<n>` (Write implies Describe)"))
+        acls += _grants("target", dst, "TransactionalId", "PREFIXED", f"{cfg.name}-shard-",
+                        ("Write", REQUIRED, "one transactional producer per shard, `<name>-shard-<n>` (Write implies "
+                                            "Describe)"))
     return sorted(acls, key=lambda a: (a.cluster != "source", FEATURES.index(a.feature), a.resource_type,
                                        a.resource_name, a.operation))
+
+
+def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl]:
+    """The translation index (written with every copy), the promotion marker, and group sync."""
+    from replicator.groups.checkpoints import checkpoints_topic, mm2_checkpoints_topic
+    from replicator.groups.index import index_topic
+    from replicator.groups.promotion import marker_topic
+
+    index, translator = index_topic(cfg.name), translator_group(cfg)
+    acls = _grants(
+        "target", dst, "Topic", "LITERAL", index,
+        ("Write", REQUIRED, "the translation index: one exact source->target offset entry per copy transaction"),
+        ("Create", CREATE, "create the translation index topic at the first start"),
+        ("AlterConfigs", CONFIG_SYNC, "check the translation index keeps records as long as the replicated topics, "
+                                      "and raise its retention if not (AlterConfigs implies DescribeConfigs)"),
+        ("Read", GROUP_SYNC, "translate source offsets to target offsets through the index"))
+    acls += _grants("target", dst, "Topic", "LITERAL", marker_topic(cfg.name),
+                    ("Describe", REQUIRED, "see the switchover/failover marker topic: the job stops if the target was "
+                                           "promoted (without it a promoted target would not be noticed)"))
+    for pattern, groups in topic_patterns(cfg.groups):
+        acls += _grants("source", src, "Group", pattern, groups,
+                        ("Describe", GROUP_SYNC, "list the source consumer groups and read their committed offsets"))
+        acls += _grants("target", dst, "Group", pattern, groups,
+                        ("Read", GROUP_SYNC, "commit translated offsets into the groups on the target (only while "
+                                             "they are empty there)"))
+    for cluster, principal, reader in (("source", src, "translation"), ("target", dst, "checkpoint")):
+        acls += _grants(cluster, principal, "Group", "LITERAL", translator,
+                        ("Describe", GROUP_SYNC, f"coordinator lookup of the {reader} reader's group.id (never "
+                                                 f"joined or committed)"))
+    acls += _grants("target", dst, "Topic", "LITERAL", checkpoints_topic(cfg.name),
+                    ("Create", GROUP_SYNC, "create the checkpoints topic at the first start"),
+                    ("Write", GROUP_SYNC, "write group checkpoints"),
+                    ("Read", GROUP_SYNC, "load the checkpoints at start"))
+    if cfg.mm2_compatible_checkpoints:
+        acls += _grants("target", dst, "Topic", "LITERAL", mm2_checkpoints_topic(cfg.source_alias),
+                        ("Create", GROUP_SYNC, "create MirrorMaker 2's checkpoints topic at the first start "
+                                               "(mm2_compatible_checkpoints)"),
+                        ("Write", GROUP_SYNC, "write MirrorMaker 2-format checkpoints (mm2_compatible_checkpoints)"))
+    return acls
 
 
 _OPTION = {"Topic": "--topic", "Group": "--group", "TransactionalId": "--transactional-id", "Cluster": "--cluster"}
