@@ -23,17 +23,8 @@ from replicator import config as config_mod
 from replicator.groups.index import INDEX_PARTITIONS, index_topic
 from replicator.job import preflight
 from replicator.shard_copy import CopyRange, ShardCopier
+from tests import secure_helpers as secure
 from tests.integration.test_security import PARTITIONS, READER, WRITER, acl_set
-from tests.secure_helpers import (
-    admin,
-    create_topic,
-    grant,
-    group_offsets,
-    keys_by_partition,
-    produce,
-    revoke_all,
-    write_config,
-)
 
 RECORDS = 20
 # The start-up message of each degraded feature.
@@ -47,8 +38,8 @@ MESSAGES = (CONFIG_SYNC, CREATION, INDEX_SIZING, GROUP_SYNC)
 @pytest.fixture
 def box(secure_sandbox):
     yield secure_sandbox
-    revoke_all(secure_sandbox, READER)
-    revoke_all(secure_sandbox, WRITER)
+    secure.revoke_all(secure_sandbox, READER)
+    secure.revoke_all(secure_sandbox, WRITER)
 
 
 def _kind(a: acls.Acl) -> str:
@@ -92,17 +83,17 @@ def test_every_optional_acl_has_a_case():
 def test_each_optional_acl_removed_skips_only_its_feature_naming_it(box, unique, tmp_path, caplog, removed):
     topic = name = f"sec-opt-{unique}"
     app_group = f"app-{unique}"
-    create_topic(box, "source", topic, PARTITIONS)
-    produce(box, topic, PARTITIONS, RECORDS)
-    create_topic(box, "target", topic, PARTITIONS)
+    secure.create_topic(box, "source", topic, PARTITIONS)
+    secure.produce(box, topic, PARTITIONS, RECORDS)
+    secure.create_topic(box, "target", topic, PARTITIONS)
     index = index_topic(name)
-    target_admin = admin(box, "target")  # kept referenced until the creation is answered
+    target_admin = secure.admin(box, "target")  # kept referenced until the creation is answered
     target_admin.create_topics([NewTopic(index, INDEX_PARTITIONS, 1, config={"retention.ms": "3600000"})],
                                request_timeout=30)[index].result()
-    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=1, groups=app_group)
+    config = secure.write_config(box, tmp_path / "replicator.yaml", name, topic, shards=1, groups=app_group)
     full = acl_set(config)
     gone = next(a for a in full if _key(a) == _key(removed))
-    grant(box, [a for a in full if a != gone])
+    secure.grant(box, [a for a in full if a != gone])
 
     caplog.set_level(logging.INFO)
     cfg, mappings = preflight(config_mod.load({}, config, environ={}))
@@ -122,11 +113,11 @@ def test_each_optional_acl_removed_skips_only_its_feature_naming_it(box, unique,
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
 
     # The copy still runs exactly once: every source record once, in order, and the offsets group at the end.
-    ends = {p: len(v) for p, v in keys_by_partition(box, "source", topic, PARTITIONS).items()}
+    ends = {p: len(v) for p, v in secure.keys_by_partition(box, "source", topic, PARTITIONS).items()}
     ShardCopier(cfg, 0).copy([CopyRange(m.source, m.target, p, 0, ends[p]) for m in mappings
                               for p in range(PARTITIONS)])
-    source = keys_by_partition(box, "source", topic, PARTITIONS)
-    target = keys_by_partition(box, "target", topic, PARTITIONS)
+    source = secure.keys_by_partition(box, "source", topic, PARTITIONS)
+    target = secure.keys_by_partition(box, "target", topic, PARTITIONS)
     assert {p: [k for _, k in v] for p, v in target.items()} == {p: [k for _, k in v] for p, v in source.items()}
     assert sum(len(v) for v in target.values()) == RECORDS
-    assert group_offsets(box, "target", f"__replicator.{name}", topic, PARTITIONS) == ends
+    assert secure.group_offsets(box, "target", f"__replicator.{name}", topic, PARTITIONS) == ends
