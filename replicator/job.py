@@ -10,6 +10,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -41,9 +42,11 @@ class JobObserver(Protocol):
     def on_stop(self) -> None: ...
 
 
-def preflight(cfg: ReplicatorConfig) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
+def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = None
+              ) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
     """Everything that must hold before the first record moves. Returns the config with the optional
-    features switched off that the principals' ACLs do not allow, and the topic mappings."""
+    features switched off that the principals' ACLs do not allow, and the topic mappings.
+    `on_reachable` is called once both clusters answered (the job starts Spark then)."""
     from replicator import tls_files
 
     for role in ("source", "target"):
@@ -70,6 +73,8 @@ def preflight(cfg: ReplicatorConfig) -> tuple[ReplicatorConfig, list[topic_sync.
             admin.poll(0)  # serves the error callback
             cause = f" ({errors[-1]})" if errors else ""
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
+    if on_reachable is not None:
+        on_reachable()
     if promotion.promoted(target, cfg.name):
         raise RuntimeFailure(
             f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
@@ -210,15 +215,30 @@ class Replicator:
         self.stats.stop()
 
     def run(self) -> None:
-        self.cfg, self.mappings = preflight(self.cfg)
+        # Spark's start-up (seconds of JVM and Python) overlaps the checks once both clusters answer;
+        # it writes nothing to Kafka, so a failed check only has to stop it again.
+        starting = _Background()
+        try:
+            self.cfg, self.mappings = preflight(self.cfg, lambda: starting.run(spark_session, self.cfg, self.scratch))
+        except BaseException:
+            _stop_spark(starting.result(quiet=True))
+            self.stats.close()
+            shutil.rmtree(self.scratch, ignore_errors=True)
+            raise
         if self.stop_requested.is_set():  # stopped during start-up: nothing written, nothing to finish
+            _stop_spark(starting.result())
             self.stats.close()
             shutil.rmtree(self.scratch, ignore_errors=True)
             return
         log.info("starting", extra={"job": self.cfg.name, "group": self.cfg.group,
                                     "shards": self.cfg.shard_count, "master": self.cfg.spark_master,
                                     "topics": len(self.mappings)})
-        spark = self.spark = spark_session(self.cfg, self.scratch)
+        spark = self.spark = starting.result() or spark_session(self.cfg, self.scratch)
+        # Each Python thread talks to its own JVM thread (pinned threads); the JVM's active session is
+        # per thread, and Python data sources are looked up in it: without this, "replicator" is not found.
+        from pyspark.sql import SparkSession
+
+        SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
         try:
             check_task_slots(self.cfg, spark)
             from replicator.spark_source import ReplicatorDataSource
@@ -318,6 +338,41 @@ class Replicator:
             log.warning("at shutdown: %s; the next start fences them before writing", e)
         self.stats.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+class _Background:
+    """One call in a thread; `result()` waits for it (None if it never ran) and re-raises its error
+    unless `quiet` (when another error is already on its way)."""
+
+    def __init__(self) -> None:
+        self._thread: threading.Thread | None = None
+        self._value = None
+        self._error: BaseException | None = None
+
+    def run(self, fn, *args) -> None:
+        def target() -> None:
+            try:
+                self._value = fn(*args)
+            except BaseException as e:  # noqa: BLE001 - handed to the caller of result()
+                self._error = e
+        self._thread = threading.Thread(target=target, daemon=True, name="spark-start")
+        self._thread.start()
+
+    def result(self, quiet: bool = False):
+        if self._thread is None:
+            return None
+        self._thread.join()
+        if self._error is not None and not quiet:
+            raise self._error
+        return self._value
+
+
+def _stop_spark(spark) -> None:
+    if spark is not None:
+        try:
+            spark.stop()
+        except Exception as e:  # noqa: BLE001 - the start failed anyway; say why Spark did not stop
+            log.warning("spark stop: %s", e)
 
 
 def check_task_slots(cfg: ReplicatorConfig, spark) -> None:
