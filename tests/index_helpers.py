@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+from confluent_kafka import Consumer, TopicPartition
 
 from replicator.groups.index import INDEX_PARTITIONS, IndexEntry, index_topic, parse_key
 from tests.kafka_helpers import read_all, record_view
@@ -10,26 +10,12 @@ from tests.kafka_helpers import read_all, record_view
 
 def read_index(bootstrap: str, job_name: str, isolation: str = "read_committed"
                ) -> dict[tuple[str, int], list[IndexEntry]]:
-    """Every visible entry, per target partition, in index order."""
-    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "test-index-reader",
-                         "enable.auto.commit": False, "isolation.level": isolation,
-                         "enable.partition.eof": True})
-    topic = index_topic(job_name)
+    """Every visible entry, per target partition, in index order (one target partition's entries all
+    stand in one index partition, so reading partition by partition keeps their order)."""
     out: dict[tuple[str, int], list[IndexEntry]] = {}
-    try:
-        consumer.assign([TopicPartition(topic, p, OFFSET_BEGINNING) for p in range(INDEX_PARTITIONS)])
-        at_eof: set[int] = set()
-        while len(at_eof) < INDEX_PARTITIONS:
-            for m in consumer.consume(1000, 1.0):
-                if m.error():
-                    if m.error().code() == -191:  # _PARTITION_EOF
-                        at_eof.add(m.partition())
-                        continue
-                    raise RuntimeError(m.error())
-                at_eof.discard(m.partition())
-                out.setdefault(parse_key(m.key()), []).append(IndexEntry.decode(m.value()))
-    finally:
-        consumer.close()
+    for records in read_all(bootstrap, index_topic(job_name), INDEX_PARTITIONS, isolation=isolation).values():
+        for m in records:
+            out.setdefault(parse_key(m.key()), []).append(IndexEntry.decode(m.value()))
     return out
 
 

@@ -18,28 +18,12 @@ from replicator.groups.sync import GroupSync, group_offsets
 from replicator.groups.translate import Translator, read_records
 from replicator.sandbox.jars import classpath
 from replicator.shard_copy import CopyRange, ShardCopier
+from tests.index_helpers import commit_offsets, next_record_view
 from tests.integration.test_engine import sample_records
-from tests.kafka_helpers import create_topic, end_offsets, produce_transactional, record_view
+from tests.kafka_helpers import create_topic, end_offsets, produce_transactional
 
 PARTITIONS = 2
 JAVA = Path(__file__).resolve().parents[1] / "java"
-
-
-def _commit_source(bootstrap: str, group: str, topic: str, offsets: dict[int, int], metadata: str = "") -> None:
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
-    c.commit(offsets=[TopicPartition(topic, p, o, metadata=metadata) if metadata else TopicPartition(topic, p, o)
-                      for p, o in offsets.items()], asynchronous=False)
-    c.close()
-
-
-def _next(bootstrap: str, topic: str, p: int, offset: int):
-    c = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False,
-                  "isolation.level": "read_committed", "enable.partition.eof": True})
-    try:
-        got = read_records(c, topic, p, offset, limit=1)
-        return record_view(got[0]) if got else None
-    finally:
-        c.close()
 
 
 def _target_committed(bootstrap: str, group: str, topic: str) -> dict[int, TopicPartition]:
@@ -102,10 +86,10 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
     cfg, topic, ends = replicated
     src, dst = sandbox.source.bootstrap, sandbox.target.bootstrap
     g_synced, g_active, g_taken = f"gs-{unique}-synced", f"gs-{unique}-active", f"gs-{unique}-taken"
-    _commit_source(src, g_synced, topic, {0: 400, 1: ends[1]}, metadata="app-meta")
-    _commit_source(src, g_taken, topic, {0: 10, 1: 20})
-    _commit_source(src, g_active, topic, {0: 50, 1: 60})
-    _commit_source(src, f"console-consumer-{unique}", topic, {0: 5})  # internal: never synced
+    commit_offsets(src, g_synced, topic, {0: 400, 1: ends[1]}, metadata="app-meta")
+    commit_offsets(src, g_taken, topic, {0: 10, 1: 20})
+    commit_offsets(src, g_active, topic, {0: 50, 1: 60})
+    commit_offsets(src, f"console-consumer-{unique}", topic, {0: 5})  # internal: never synced
     member = _Member(dst, g_active, topic)
     assert member.joined.wait(60), "the target consumer never joined its group"
 
@@ -122,7 +106,7 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
             assert committed[p].offset == t.target_offset and t.exact
             assert committed[p].metadata == "app-meta"
             assert committed[p].leader_epoch is None or committed[p].leader_epoch < 0
-            assert _next(dst, topic, p, committed[p].offset) == _next(src, topic, p, x)
+            assert next_record_view(dst, topic, p, committed[p].offset) == next_record_view(src, topic, p, x)
         # A group with a member on the target is never written.
         assert by_group[g_active].state == "active-on-target"
         assert _target_committed(dst, g_active, topic) == {}
@@ -134,9 +118,9 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
         taker.close()
 
         # The source group reset backwards: followed. Groups used on the target: taken over.
-        _commit_source(src, g_synced, topic, {0: 100})
-        _commit_source(src, g_taken, topic, {0: 30, 1: 40})
-        _commit_source(src, g_active, topic, {0: 70})
+        commit_offsets(src, g_synced, topic, {0: 100})
+        commit_offsets(src, g_taken, topic, {0: 30, 1: 40})
+        commit_offsets(src, g_active, topic, {0: 70})
         by_group = {s.group: s for s in sync.run_once()}
         t100 = translator.translate(topic, 0, 100).target_offset
         assert _target_committed(dst, g_synced, topic)[0].offset == t100
@@ -154,7 +138,7 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
         assert by_group[g_taken].state == "taken-over" and _target_committed(dst, g_taken, topic)[0].offset == 5
 
         # Killed between the target write and its confirmation: the next sync owns the value.
-        _commit_source(src, g_synced, topic, {0: 900})
+        commit_offsets(src, g_synced, topic, {0: 900})
         real_commit = sync_mod.commit_group
 
         def commit_then_die(*args):
@@ -165,7 +149,7 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
         with pytest.raises(KeyboardInterrupt):
             sync.run_once()
         monkeypatch.setattr(sync_mod, "commit_group", real_commit)
-        _commit_source(src, g_synced, topic, {0: 1000}, metadata="app-meta-2")
+        commit_offsets(src, g_synced, topic, {0: 1000}, metadata="app-meta-2")
         sync = GroupSync(cfg)
         by_group = {s.group: s for s in sync.run_once()}
         assert by_group[g_synced].state == "synced"
