@@ -3,11 +3,8 @@ aborted source transactions, re-sharding."""
 
 from __future__ import annotations
 
-import glob
 import random
 import re
-import shutil
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -17,6 +14,15 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient
 
 from replicator.offsets import read_group
+from tests.engine_checks import (
+    PARTITIONS,
+    caught_up,
+    feeding,
+    final_catch_up,
+    run_then_crash,
+    sample_records,
+    target_is_stable,
+)
 from tests.index_helpers import assert_index_exact, commit_offsets, committed_offsets, next_record_view
 from tests.kafka_helpers import (
     assert_identical,
@@ -26,35 +32,6 @@ from tests.kafka_helpers import (
     produce_transactional,
 )
 from tests.replicator_process import ReplicatorProcess, wait_until
-
-PARTITIONS = 4
-
-
-def sample_records(n: int, start: int = 0, partitions: int = PARTITIONS) -> list[tuple]:
-    """Keys, null keys, null values (tombstones), repeated header keys, explicit timestamps."""
-    base_ts = int(time.time() * 1000) - 3_600_000
-    out = []
-    for i in range(start, start + n):
-        key = None if i % 10 == 0 else f"key-{i % 97}".encode()
-        value = None if i % 13 == 0 else f"value-{i}-".encode() + bytes(i % 50)
-        headers = [("h", b"first"), ("h", f"{i}".encode()), ("empty", None)] if i % 3 else None
-        out.append((i % partitions, key, value, headers, base_ts + i))
-    return out
-
-
-def caught_up(sandbox, topic: str, group: str, partitions: int = PARTITIONS, target_topic: str | None = None):
-    def check() -> bool:
-        ends = end_offsets(sandbox.source.bootstrap, topic, partitions)
-        committed = fake_group_offsets(sandbox.target.bootstrap, group)
-        return all(committed.get((target_topic or topic, p), -1) == ends[p] for p in range(partitions))
-    return check
-
-
-def target_is_stable(sandbox, topic: str, partitions: int = PARTITIONS) -> None:
-    """No transaction left open on the target: last stable offset == high watermark everywhere."""
-    lso = end_offsets(sandbox.target.bootstrap, topic, partitions, committed=True)
-    hw = end_offsets(sandbox.target.bootstrap, topic, partitions, committed=False)
-    assert lso == hw, f"open transaction left on the target: LSO {lso} != HW {hw}"
 
 
 @pytest.fixture
@@ -112,30 +89,13 @@ def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
     assert_index_exact(sandbox.source.bootstrap, sandbox.target.bootstrap, name, topic, topic, PARTITIONS)
 
 
-def _background_producer(sandbox, topic: str, unique: str, stop: threading.Event, counter: list[int]) -> None:
+def _background_producer(sandbox, topic: str, unique: str, stop: threading.Event) -> None:
     i = 0
     while not stop.is_set():
         batch = sample_records(2_000, start=1_000_000 + i)
-        counter[0] += produce_transactional(sandbox.source.bootstrap, topic, batch, f"bg-{unique}",
-                                            per_txn=500, abort_every=3)
+        produce_transactional(sandbox.source.bootstrap, topic, batch, f"bg-{unique}", per_txn=500, abort_every=3)
         i += 2_000
         time.sleep(0.2)
-
-
-def _leftover_scratch(name: str) -> None:
-    # What a SIGKILLed run leaves behind (Spark checkpoint, temp dirs) is deleted: never needed.
-    for path in glob.glob(f"{tempfile.gettempdir()}/replicator-{name}-*"):
-        shutil.rmtree(path, ignore_errors=True)
-
-
-def _run_then_crash(sandbox, topic: str, name: str, log: Path, seconds: float, *args: str) -> None:
-    """Runs the job until it replicates, lets it work `seconds` more, then SIGKILLs it and deletes
-    what it left behind (its Spark checkpoint)."""
-    job = ReplicatorProcess(sandbox, topic, name, log, *args).start()
-    wait_until(lambda: "progress:" in job.log(), 180, "the job to run", job)
-    time.sleep(seconds)
-    job.sigkill()
-    _leftover_scratch(name)
 
 
 def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
@@ -143,21 +103,13 @@ def test_sigkill_restarts_and_resharding_stay_exact(sandbox, unique, logs):
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
     produce_transactional(sandbox.source.bootstrap, topic, sample_records(60_000), f"pre-{unique}",
                           per_txn=1_000, abort_every=7)
-    stop, produced = threading.Event(), [0]
-    feeder = threading.Thread(target=_background_producer, args=(sandbox, topic, unique, stop, produced))
-    feeder.start()
     rng = random.Random(unique)
-    try:
+    with feeding(lambda stop: _background_producer(sandbox, topic, unique, stop)):
         # Three crashes at random points, each restart with a different shard layout.
         for round_no, shards in enumerate(("2", "3", "1")):
-            _run_then_crash(sandbox, topic, name, logs / f"job{round_no}.log", rng.uniform(1, 8),
-                            "--shards", shards, "--master", f"local[{shards},4]", "--batch-duration-seconds", "5")
-    finally:
-        stop.set()
-        feeder.join()
-    with ReplicatorProcess(sandbox, topic, name, logs / "final.log", "--shards", "2") as job:
-        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 300, "catch-up after crashes", job)
-        assert job.sigterm() == 0
+            run_then_crash(sandbox, topic, name, logs / f"job{round_no}.log", rng.uniform(1, 8),
+                           "--shards", shards, "--master", f"local[{shards},4]", "--batch-duration-seconds", "5")
+    final_catch_up(sandbox, topic, name, logs / "final.log", 300, "catch-up after crashes")
     assert "shard layout changed" in (logs / "final.log").read_text() or \
         "shard layout changed" in (logs / "job1.log").read_text()
     total = assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)
@@ -189,25 +141,18 @@ def test_zombie_twin_is_fenced_and_never_duplicates(sandbox, unique, logs):
     topic, name = f"zombie-{unique}", f"zmb-{unique}"
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
     produce_transactional(sandbox.source.bootstrap, topic, sample_records(20_000), f"pre-{unique}")
-    stop, produced = threading.Event(), [0]
-    feeder = threading.Thread(target=_background_producer, args=(sandbox, topic, unique, stop, produced))
-    feeder.start()
-    try:
-        with ReplicatorProcess(sandbox, topic, name, logs / "a.log", "--shards", "2",
-                               "--batch-duration-seconds", "5") as a, \
-             ReplicatorProcess(sandbox, topic, name, logs / "b.log", "--shards", "2",
-                               "--batch-duration-seconds", "5") as b:
-            wait_until(lambda: "progress:" in a.log() and "progress:" in b.log(), 240, "both twins to run")
-            time.sleep(20)  # both replicate the same live stream concurrently
-            stop.set()
-            feeder.join()
-            wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up")
-            for job in (a, b):
-                if job.running():
-                    job.sigterm()
-    finally:
-        stop.set()
-        feeder.join()
+    with feeding(lambda stop: _background_producer(sandbox, topic, unique, stop)) as halt, \
+         ReplicatorProcess(sandbox, topic, name, logs / "a.log", "--shards", "2",
+                           "--batch-duration-seconds", "5") as a, \
+         ReplicatorProcess(sandbox, topic, name, logs / "b.log", "--shards", "2",
+                           "--batch-duration-seconds", "5") as b:
+        wait_until(lambda: "progress:" in a.log() and "progress:" in b.log(), 240, "both twins to run")
+        time.sleep(20)  # both replicate the same live stream concurrently
+        halt()
+        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up")
+        for job in (a, b):
+            if job.running():
+                job.sigterm()
     logs_text = (logs / "a.log").read_text() + (logs / "b.log").read_text()
     assert "fenced" in logs_text, "neither twin reported being fenced"
     assert assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS) > 20_000
@@ -232,19 +177,11 @@ def test_transaction_version_0_target_survives_sigkill_restarts(sandbox_tv0, uni
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
     produce_transactional(sandbox.source.bootstrap, topic, sample_records(40_000), f"pre-{unique}",
                           per_txn=1_000, abort_every=6)
-    stop, produced = threading.Event(), [0]
-    feeder = threading.Thread(target=_background_producer, args=(sandbox, topic, unique, stop, produced))
-    feeder.start()
-    try:
+    with feeding(lambda stop: _background_producer(sandbox, topic, unique, stop)):
         for round_no in range(2):
-            _run_then_crash(sandbox, topic, name, logs / f"job{round_no}.log", 3 + 2 * round_no,
-                            "--shards", "2", "--batch-duration-seconds", "5")
-    finally:
-        stop.set()
-        feeder.join()
-    with ReplicatorProcess(sandbox, topic, name, logs / "final.log", "--shards", "2") as job:
-        wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 300, "catch-up after crashes", job)
-        assert job.sigterm() == 0
+            run_then_crash(sandbox, topic, name, logs / f"job{round_no}.log", 3 + 2 * round_no,
+                           "--shards", "2", "--batch-duration-seconds", "5")
+    final_catch_up(sandbox, topic, name, logs / "final.log", 300, "catch-up after crashes")
     assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)
     target_is_stable(sandbox, topic)
 

@@ -18,8 +18,8 @@ from replicator.groups.sync import GroupSync, group_offsets
 from replicator.groups.translate import Translator, read_records
 from replicator.sandbox.jars import classpath
 from replicator.shard_copy import CopyRange, ShardCopier
+from tests.engine_checks import sample_records
 from tests.index_helpers import commit_offsets, next_record_view
-from tests.integration.test_engine import sample_records
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional
 
 PARTITIONS = 2

@@ -12,8 +12,8 @@ from replicator import config, kafka_clients, topic_sync
 from replicator.groups.index import index_partition, index_topic
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.shard_copy import CopyRange, InjectedFault, ShardCopier
+from tests.engine_checks import sample_records
 from tests.index_helpers import assert_index_exact, read_index
-from tests.integration.test_engine import sample_records
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional
 
 

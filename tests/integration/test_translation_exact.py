@@ -13,8 +13,8 @@ from replicator import config, kafka_clients, shard_copy, topic_sync
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.translate import Translator, read_records
 from replicator.shard_copy import CopyRange, ShardCopier
+from tests.engine_checks import sample_records
 from tests.index_helpers import read_index
-from tests.integration.test_engine import sample_records
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional, record_view
 
 

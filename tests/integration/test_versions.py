@@ -14,20 +14,13 @@ from __future__ import annotations
 import json
 import subprocess
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from replicator.sandbox import Sandbox
 from replicator.sandbox.cluster import SOURCE_PORT, _port_shift
-from tests.integration.test_engine import (
-    PARTITIONS,
-    _leftover_scratch,
-    caught_up,
-    sample_records,
-    target_is_stable,
-)
+from tests.engine_checks import PARTITIONS, feeding, final_catch_up, run_then_crash, sample_records, target_is_stable
 from tests.kafka_helpers import assert_identical, create_topic, produce_transactional
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until
 from tests.zk_cluster import ZooKeeperKafkaCluster
@@ -58,26 +51,16 @@ def _capped_feeder(box: Sandbox, topic: str, unique: str, stop: threading.Event,
         stop.wait(0.5)
 
 
-def _run_then_crash(box: Sandbox, topic: str, name: str, log: Path, seconds: float) -> None:
-    job = ReplicatorProcess(box, topic, name, log, "--shards", "2", "--batch-duration-seconds", "5").start()
-    wait_until(lambda: "progress:" in job.log(), 600, "the job to run", job)
-    time.sleep(seconds)
-    job.sigkill()
-    _leftover_scratch(name)
-
-
 def exactly_once_across(box: Sandbox, unique: str, logs: Path, crashes: int = 2, zombie: bool = True,
                         preload: int = 30_000) -> None:
     topic, name = f"ver-{unique}", f"ver-{unique}"
     create_topic(box.source.bootstrap, topic, PARTITIONS)
     produce_transactional(box.source.bootstrap, topic, sample_records(preload), f"pre-{unique}",
                           per_txn=1_000, abort_every=5)
-    stop = threading.Event()
-    feeder = threading.Thread(target=_capped_feeder, args=(box, topic, unique, stop, 20_000))
-    feeder.start()
-    try:
+    with feeding(lambda stop: _capped_feeder(box, topic, unique, stop, 20_000)):
         for n in range(crashes):
-            _run_then_crash(box, topic, name, logs / f"crash{n}.log", 3 + 2 * n)
+            run_then_crash(box, topic, name, logs / f"crash{n}.log", 3 + 2 * n,
+                           "--shards", "2", "--batch-duration-seconds", "5", start_timeout=600)
         if zombie:
             with ReplicatorProcess(box, topic, name, logs / "a.log", "--shards", "2",
                                    "--batch-duration-seconds", "5") as a, \
@@ -88,12 +71,7 @@ def exactly_once_across(box: Sandbox, unique: str, logs: Path, crashes: int = 2,
                 for job in (a, b):
                     if job.running():
                         job.sigterm()
-    finally:
-        stop.set()
-        feeder.join()
-    with ReplicatorProcess(box, topic, name, logs / "final.log", "--shards", "2") as job:
-        wait_until(caught_up(box, topic, f"__replicator.{name}"), 900, "catch-up", job)
-        assert job.sigterm() == 0
+    final_catch_up(box, topic, name, logs / "final.log", 900, "catch-up")
     assert assert_identical(box.source.bootstrap, box.target.bootstrap, topic, PARTITIONS) > preload * 4 // 5
     target_is_stable(box, topic)
     proc = subprocess.run([str(BIN), "verify", "--source-bootstrap-servers", box.source.bootstrap,
