@@ -25,9 +25,11 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Iterator
+from contextlib import closing
 from dataclasses import asdict, dataclass
 
-from confluent_kafka import Consumer, KafkaError, TopicPartition
+from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
 from replicator import kafka_clients
 from replicator.config import ReplicatorConfig
@@ -64,12 +66,10 @@ def _reader(props: dict, bootstrap: str, name: str) -> Consumer:
                      "auto.offset.reset": "earliest"})
 
 
-def read_records(consumer: Consumer, topic: str, partition: int, start: int, stop: int | None = None,
-                 limit: int | None = None) -> list:
-    """Committed records of one partition from `start`, up to offset `stop` (exclusive), `limit`
-    records, or the partition's end, whichever comes first."""
+def _to_end(consumer: Consumer, topic: str, partition: int, start: int) -> Iterator[Message]:
+    """Committed records of one partition from `start` until its end, for a caller that may stop
+    early: close the generator (`contextlib.closing`) to unassign at once."""
     consumer.assign([TopicPartition(topic, partition, start)])
-    out: list = []
     deadline = time.monotonic() + _STALL_S
     try:
         while True:
@@ -81,15 +81,26 @@ def read_records(consumer: Consumer, topic: str, partition: int, start: int, sto
                 err = m.error()
                 if err is not None:
                     if err.code() == KafkaError._PARTITION_EOF:
-                        return out
+                        return
                     raise RuntimeError(f"reading {topic}[{partition}] from {start}: {err.str()}")
-                if stop is not None and m.offset() >= stop:
-                    return out
-                out.append(m)
-                if limit is not None and len(out) >= limit:
-                    return out
+                yield m
     finally:
         consumer.unassign()
+
+
+def read_records(consumer: Consumer, topic: str, partition: int, start: int, stop: int | None = None,
+                 limit: int | None = None) -> list:
+    """Committed records of one partition from `start`, up to offset `stop` (exclusive), `limit`
+    records, or the partition's end, whichever comes first."""
+    out: list = []
+    with closing(_to_end(consumer, topic, partition, start)) as records:
+        for m in records:
+            if stop is not None and m.offset() >= stop:
+                break
+            out.append(m)
+            if limit is not None and len(out) >= limit:
+                break
+    return out
 
 
 class IndexReader:
@@ -110,27 +121,14 @@ class IndexReader:
         if start >= limit:
             return None
         self.probes += 1
-        self.consumer.assign([TopicPartition(self.topic, ip, start)])
-        deadline = time.monotonic() + _STALL_S
-        try:
-            while True:
-                msgs = self.consumer.consume(500, _POLL_S)
-                if not msgs and time.monotonic() > deadline:
-                    raise RuntimeError(f"reading {self.topic}[{ip}] from {start}: no record and no end in {_STALL_S}s")
-                deadline = time.monotonic() + _STALL_S if msgs else deadline
-                for m in msgs:
-                    err = m.error()
-                    if err is not None:
-                        if err.code() == KafkaError._PARTITION_EOF:
-                            return None
-                        raise RuntimeError(f"reading {self.topic}[{ip}]: {err.str()}")
-                    if m.offset() >= limit:
-                        return None
-                    self.records_read += 1
-                    if m.key() == key:
-                        return m.offset(), IndexEntry.decode(m.value())
-        finally:
-            self.consumer.unassign()
+        with closing(_to_end(self.consumer, self.topic, ip, start)) as records:
+            for m in records:
+                if m.offset() >= limit:
+                    return None
+                self.records_read += 1
+                if m.key() == key:
+                    return m.offset(), IndexEntry.decode(m.value())
+        return None
 
     def last_entry_beginning_at_or_before(self, target_topic: str, partition: int, x: int
                                           ) -> tuple[int, IndexEntry] | None:
