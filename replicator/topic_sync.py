@@ -18,10 +18,11 @@ from __future__ import annotations
 import logging
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from concurrent.futures import Future
 from dataclasses import dataclass, field
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from confluent_kafka.admin import (
     AdminClient,
     AlterConfigOpType,
@@ -233,31 +234,41 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
     to_create = [NewTopic(p.mapping.target, p.mapping.partitions, cfg.replication_factor, config=p.configs)
                  for p in plans if p.action == "create"]
     to_grow = [NewPartitions(p.mapping.target, p.mapping.partitions) for p in plans if p.action == "grow"]
-    for topic, fut in (target.create_topics(to_create, request_timeout=60).items() if to_create else []):
-        try:
-            fut.result()
+    created = target.create_topics(to_create, request_timeout=60) if to_create else {}
+    for topic, err in _outcomes(cfg, created, grow=False):
+        if err is None:
             log.info("created target topic %s", topic, extra={"event": "topic_created", "topic": topic})
-        except KafkaException as e:
-            if _denied(e):
-                raise permissions.creation_denied(cfg, topic, grow=False) from None
-            if e.args[0].code() != _TOPIC_ALREADY_EXISTS:  # else another planner got there first
-                raise RuntimeError(f"creating target topic {topic!r} failed: {e.args[0].str()}") from None
-    for topic, fut in (target.create_partitions(to_grow, request_timeout=60).items() if to_grow else []):
-        try:
-            fut.result()
+        elif err.code() != _TOPIC_ALREADY_EXISTS:  # else another planner got there first
+            raise RuntimeError(f"creating target topic {topic!r} failed: {err.str()}")
+    grown = target.create_partitions(to_grow, request_timeout=60) if to_grow else {}
+    for topic, err in _outcomes(cfg, grown, grow=True):
+        if err is None:
             log.info("grew target topic %s", topic, extra={"event": "topic_grown", "topic": topic})
-        except KafkaException as e:
-            # INVALID_PARTITIONS: the driver's and the planner's refreshes both grew it; fine if it is.
-            if _denied(e):
-                raise permissions.creation_denied(cfg, topic, grow=True) from None
-            wanted = next(p.mapping.partitions for p in plans if p.mapping.target == topic)
-            if e.args[0].code() != _INVALID_PARTITIONS or _partitions(target, topic) < wanted:
-                raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
-                                   f"not be grown: {e.args[0].str()}") from None
+            continue
+        # INVALID_PARTITIONS: the driver's and the planner's refreshes both grew it; fine if it is.
+        wanted = next(p.mapping.partitions for p in plans if p.mapping.target == topic)
+        if err.code() != _INVALID_PARTITIONS or _partitions(target, topic) < wanted:
+            raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
+                               f"not be grown: {err.str()}")
     if to_create or to_grow:
         _await_metadata(target, {p.mapping.target: p.mapping.partitions for p in plans
                                  if p.action in ("create", "grow")})
     return [p.mapping for p in plans]
+
+
+def _outcomes(cfg: ReplicatorConfig, futures: Mapping[str, Future], grow: bool
+              ) -> Iterator[tuple[str, KafkaError | None]]:
+    """Each topic's result of a create/grow request (None: done); a denied one raises the error that
+    names the missing ACL."""
+    for topic, fut in futures.items():
+        try:
+            fut.result()
+        except KafkaException as e:
+            if _denied(e):
+                raise permissions.creation_denied(cfg, topic, grow=grow) from None
+            yield topic, e.args[0]
+        else:
+            yield topic, None
 
 
 def _denied(e: KafkaException) -> bool:
