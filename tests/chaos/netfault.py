@@ -15,6 +15,7 @@ carry no such group and are never matched."""
 from __future__ import annotations
 
 import subprocess
+from collections.abc import Callable
 
 _TAG = "replicator-chaos-port-"
 
@@ -36,6 +37,16 @@ def _iptables(*args: str, check: bool = True) -> subprocess.CompletedProcess:
     return subprocess.run(["iptables", "-w", "5", *args], capture_output=True, text=True, check=check)
 
 
+def _add_all(rules: list[list[str]], undo: Callable[[], None]) -> None:
+    """Appends every rule; if one fails (or the run is interrupted), `undo` removes those added."""
+    try:
+        for rule in rules:
+            _iptables("-A", *rule)
+    except BaseException:
+        undo()
+        raise
+
+
 class Partition:
     """`with Partition(ports): ...` cuts the ports for the duration of the block."""
 
@@ -43,13 +54,7 @@ class Partition:
         self.ports = ports
 
     def __enter__(self) -> Partition:
-        try:
-            for port in self.ports:
-                for rule in _rules(port):
-                    _iptables("-A", *rule)
-        except BaseException:
-            self.__exit__()
-            raise
+        _add_all([rule for port in self.ports for rule in _rules(port)], self.__exit__)
         return self
 
     def __exit__(self, *exc) -> None:
@@ -93,12 +98,7 @@ class Isolation:
         self.nodes, self.node = list(nodes), node
 
     def __enter__(self) -> Isolation:
-        try:
-            for rule in _isolation_rules(self.nodes, self.node):
-                _iptables("-A", *rule)
-        except BaseException:
-            self.__exit__()
-            raise
+        _add_all(_isolation_rules(self.nodes, self.node), self.__exit__)
         return self
 
     def __exit__(self, *exc) -> None:
