@@ -260,6 +260,7 @@ class Replicator:
 
     def _watch(self) -> None:
         source, target = kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg)
+        reader = kafka_clients.group_reader(self.cfg)
         next_progress, last_records = time.monotonic() + PROGRESS_INTERVAL_S, 0
         while self.query.isActive:
             if self.stop_requested.is_set():
@@ -282,7 +283,7 @@ class Replicator:
                         # New topics and partitions join at a batch boundary: make one now.
                         self.stats.end_running_batches()
                     self.mappings = mappings
-                    lags = partition_lags(self.cfg, source, target, self.mappings)
+                    lags = partition_lags(self.cfg, source, target, self.mappings, reader)
                     lag = sum(x.records for x in lags)
                 except KafkaException as e:
                     lag, lags = -1, []
@@ -295,6 +296,7 @@ class Replicator:
                          self.stats.records, rate, lag, len(lags), self.stats.batches,
                          extra={"records_total": self.stats.records, "lag_records": lag})
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+        reader.close()
         error = self.query.exception()
         if error is not None and not self.stop_requested.is_set():
             raise RuntimeFailure(f"the streaming query failed: {_root_cause(error)}")

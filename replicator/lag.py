@@ -7,7 +7,7 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import IsolationLevel, KafkaError, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
 from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from replicator import kafka_clients
@@ -49,7 +49,9 @@ class PartitionLag:
 
 
 def partition_lags(cfg: ReplicatorConfig, source: AdminClient, target: AdminClient,
-                   mappings: list[TopicMapping]) -> list[PartitionLag]:
+                   mappings: list[TopicMapping], reader: Consumer | None = None) -> list[PartitionLag]:
+    """`reader`: a `group_reader` the caller keeps between lookups (a running job asks every few
+    seconds; a new client would open new connections to every target broker each time)."""
     tps = [(m.source, m.target, p) for m in mappings for p in range(m.partitions)]
     if not tps:
         return []
@@ -59,11 +61,13 @@ def partition_lags(cfg: ReplicatorConfig, source: AdminClient, target: AdminClie
     req = {TopicPartition(s, p): OffsetSpec.earliest() for s, _, p in tps}
     starts = {(tp.topic, tp.partition): f.result().offset for tp, f in
               source.list_offsets(req, request_timeout=30).items()}
-    reader = group_reader(cfg)
+    own = reader is None
+    reader = reader or group_reader(cfg)
     try:
         committed = read_group(reader, {m.target for m in mappings})
     finally:
-        reader.close()
+        if own:
+            reader.close()
     return [PartitionLag(s, t, p, ends[(s, p)],
                          committed[(t, p)].offset if (t, p) in committed else -1, starts[(s, p)])
             for s, t, p in tps]
