@@ -34,7 +34,8 @@ def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp
     result = CatchUp(contender.key, job.size, job.records, run, ok=False)
     if not contender.copies:
         return _measure_reader(contender, job, result, timeout)
-    ends = kafka_ops.CommittedEnds(job.target, job.replica, job.partitions)
+    (topic, partitions), *more = contender.outputs(job)
+    ends = kafka_ops.CommittedEnds(job.target, topic, partitions, tuple(more))
     launched = time.monotonic()
     tree = contender.launch(job)
     first = None  # (time, visible, cpu)

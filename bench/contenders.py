@@ -7,6 +7,7 @@ topics, job name), so runs never see each other's state and a restart with the s
 from __future__ import annotations
 
 import re
+import shlex
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,10 +32,15 @@ class Job:
     tag: str
     logdir: Path
     extra_args: tuple[str, ...] = field(default=())
+    topics_regex: str = ""  # what the copiers replicate; default: exactly `topic`
 
     @property
     def replica(self) -> str:
         return f"{self.tag}.{self.topic}"
+
+    @property
+    def pattern(self) -> str:
+        return self.topics_regex or re.escape(self.topic)
 
     def log(self, what: str) -> Path:
         return self.logdir / f"{self.tag}-{what}.log"
@@ -47,6 +53,10 @@ class Contender:
 
     def launch(self, job: Job) -> Tree:
         raise NotImplementedError
+
+    def outputs(self, job: Job) -> tuple[tuple[str, int], ...]:
+        """The target topics (name, partitions) whose records together make up the copy."""
+        return ((job.replica, job.partitions),)
 
 
 class Replicator(Contender):
@@ -61,7 +71,7 @@ class Replicator(Contender):
     def launch(self, job: Job) -> Tree:
         cmd = [str(Path(sys.executable).with_name("replicator")), "run",
                "--source-bootstrap-servers", job.source, "--target-bootstrap-servers", job.target,
-               "--topics", re.escape(job.topic), "--name", f"bench-{job.tag}", "--metrics-port", "0",
+               "--topics", job.pattern, "--name", f"bench-{job.tag}", "--metrics-port", "0",
                "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
                *job.extra_args]
         return Tree(cmd, job.log(self.key), env=None if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"})
@@ -98,7 +108,7 @@ class MirrorMaker(Contender):
             "tgt.bootstrap.servers": job.target,
             f"{a}->tgt.enabled": "true",
             f"tgt->{a}.enabled": "false",
-            f"{a}->tgt.topics": re.escape(job.topic),
+            f"{a}->tgt.topics": job.pattern,
             "tasks.max": str(self.tasks),
             "refresh.topics.interval.seconds": "5",
             "refresh.groups.enabled": "false",
@@ -168,6 +178,41 @@ class ProducerPerf(Contender):
         return Tree(cmd, job.log(self.key))
 
 
+class ParallelTxnProducers(Contender):
+    """N transactional ProducerPerformance processes at once, each into its own topic holding its
+    share of the partitions (the replica's partitions split N ways): the ceiling for N shards, each
+    with one transactional producer, which one producer thread is not."""
+
+    def __init__(self, n: int) -> None:
+        self.n = n
+        self.key = "produce-txn-parallel"
+        self.label = f"{n} transactional ProducerPerformance in parallel (ceiling)"
+
+    def outputs(self, job: Job) -> tuple[tuple[str, int], ...]:
+        share, extra = divmod(job.partitions, self.n)
+        return tuple((f"{job.replica}.p{i}", share + (i < extra)) for i in range(self.n) if share + (i < extra))
+
+    def launch(self, job: Job) -> Tree:
+        outs = self.outputs(job)
+        # Records split like the partitions: each process writes "its shard's" share.
+        counts = [job.records * n // job.partitions for _, n in outs]
+        counts[0] += job.records - sum(counts)
+        cmds = []
+        for i, ((topic, partitions), records) in enumerate(zip(outs, counts, strict=True)):
+            kafka_ops.create_topic(job.target, topic, partitions)
+            props = [f"bootstrap.servers={job.target}", "acks=all", "enable.idempotence=true",
+                     "buffer.memory=268435456", *(f"{k}={v}" for k, v in PRODUCER_TUNING.items())]
+            cmds.append(["java", *JAVA_HEAP, "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
+                         "--topic", topic, "--num-records", str(records), "--record-size", str(job.size),
+                         "--throughput", "-1", "--producer-props", *props,
+                         "--transactional-id", f"pp-{job.tag}-{i}", "--transaction-duration-ms", "2000"])
+        # One shell in its own session: the tree (and a SIGKILL to its group) covers every JVM, and
+        # it exits non-zero when any of them did.
+        script = "".join(f"{shlex.join(c)} & pids=\"$pids $!\"\n" for c in cmds)
+        script += 'rc=0; for p in $pids; do wait "$p" || rc=1; done; exit $rc\n'
+        return Tree(["bash", "-c", script], job.log(self.key))
+
+
 class ConsumerPerf(Contender):
     """Kafka's ConsumerPerformance from the source: what the source gives one fast reader."""
 
@@ -196,10 +241,11 @@ def parse_consumer_perf(output: str) -> tuple[float, float] | None:
 
 
 def all_contenders(tasks: int) -> list[Contender]:
+    """`tasks`: MM2's tasks.max and the number of parallel transactional producers (our shards)."""
     return [Replicator("exactly-once"), Replicator("exactly-once", index=False), Replicator("at-least-once"),
             BareLoop(), BareLoop(index=False),
-            MirrorMaker(True, tasks), MirrorMaker(False, tasks), ProducerPerf(True), ProducerPerf(False),
-            ConsumerPerf()]
+            MirrorMaker(True, tasks), MirrorMaker(False, tasks), ParallelTxnProducers(tasks),
+            ProducerPerf(True), ProducerPerf(False), ConsumerPerf()]
 
 
 def _free_port() -> int:

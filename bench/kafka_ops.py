@@ -30,6 +30,49 @@ def create_topic(bootstrap: str, name: str, partitions: int) -> None:
             raise
 
 
+def create_topics(bootstrap: str, names: list[str], partitions: int, chunk: int = 200) -> None:
+    """Many topics in few CreateTopics requests (one per `chunk` names), all awaited."""
+    a = admin(bootstrap)
+    for i in range(0, len(names), chunk):
+        futs = a.create_topics([NewTopic(n, partitions, 1) for n in names[i:i + chunk]], operation_timeout=120)
+        for fut in futs.values():
+            try:
+                fut.result(timeout=180)
+            except KafkaException as e:
+                if "TOPIC_ALREADY_EXISTS" not in str(e):
+                    raise
+
+
+def fill_partitions(bootstrap: str, topics: list[str], partitions: int, per_partition: int, size: int) -> float:
+    """`per_partition` records of `size` random bytes into every partition of every topic, from one
+    idempotent producer (one client instead of one per topic keeps set-up cheap). Returns seconds."""
+    from confluent_kafka import Producer
+
+    started = time.monotonic()
+    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1048576, "acks": "all",
+                         "enable.idempotence": True, "queue.buffering.max.kbytes": 256 * 1024})
+    payload = os.urandom(size)
+    failed: list[str] = []
+
+    def delivered(err, _msg) -> None:
+        if err is not None:
+            failed.append(str(err))
+
+    for topic in topics:
+        for p in range(partitions):
+            for _ in range(per_partition):
+                while True:
+                    try:
+                        producer.produce(topic, payload, partition=p, on_delivery=delivered)
+                        break
+                    except BufferError:
+                        producer.poll(0.05)
+        producer.poll(0)
+    if producer.flush(300) or failed:
+        raise RuntimeError(f"filling {len(topics)} topics failed: {failed[:3]}")
+    return time.monotonic() - started
+
+
 def delete_topics(bootstrap: str, tag: str) -> None:
     """Deletes every topic whose name contains `tag` (a run's replica and MM2's internal topics)."""
     a = admin(bootstrap)
@@ -51,27 +94,33 @@ class CommittedEnds:
     once died of a segmentation fault inside librdkafka. The poll goes through kafka-python, a pure
     Python client: whatever goes wrong there is an exception, and a failed poll is just "not yet"."""
 
-    def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
+    def __init__(self, bootstrap: str, topic: str, partitions: int,
+                 more: tuple[tuple[str, int], ...] = ()) -> None:
         from kafka import KafkaAdminClient
 
         self.admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=10_000)
         self.topic, self.partitions = topic, partitions
+        self.topics = ((topic, partitions), *more)  # summed by total(): a contender writing several topics
 
-    def ends(self, committed: bool = True) -> dict[int, int]:
+    def _ends(self, committed: bool) -> dict[tuple[str, int], int]:
         from kafka import IsolationLevel as Level
         from kafka import TopicPartition as TP
         from kafka.admin import OffsetSpec as Spec
 
         level = Level.READ_COMMITTED if committed else Level.READ_UNCOMMITTED
         try:
-            got = self.admin.list_partition_offsets({TP(self.topic, p): Spec.LATEST for p in range(self.partitions)},
+            got = self.admin.list_partition_offsets({TP(t, p): Spec.LATEST for t, n in self.topics for p in range(n)},
                                                     isolation_level=level, timeout_ms=10_000)
-            return {tp.partition: o.offset for tp, o in got.items()}
+            return {(tp.topic, tp.partition): o.offset for tp, o in got.items()}
         except Exception:  # noqa: BLE001 - topic not created yet, leader moving: not yet visible
             return {}
 
+    def ends(self, committed: bool = True) -> dict[int, int]:
+        """Partition -> end offset of the first topic."""
+        return {p: o for (t, p), o in self._ends(committed).items() if t == self.topic}
+
     def total(self, committed: bool = True) -> int:
-        return sum(self.ends(committed).values())
+        return sum(self._ends(committed).values())
 
 
 def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int, log: Path) -> float:

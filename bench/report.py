@@ -12,6 +12,8 @@ from bench.contenders import all_contenders
 
 LABELS = {c.key: c.label for c in all_contenders(2)}
 ORDER = list(LABELS)
+# Exactly-once with the consumer-group translation index on -> the same with it off (issue 12: <= 2 % cost).
+INDEX_OFF = {"replicator-eos": "replicator-eos-noindex", "bare-python-eos": "bare-python-eos-noindex"}
 
 
 def machine() -> dict:
@@ -51,7 +53,7 @@ def paired_ratio(rows: list[dict], a: str, b: str, size: int) -> tuple[float | N
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:
-    return "n/a" if x is None else format(x, spec)
+    return "n/a" if x is None or x != x else format(x, spec)  # x != x: NaN (not measured)
 
 
 def chart(doc: dict, path: Path) -> None:
@@ -99,8 +101,8 @@ def tables(doc: dict) -> list[str]:
         n = max(r["records"] for r in rows if r["size"] == size)
         out += [f"### Catch-up, {n:,} records x {size} B, {doc['partitions']} partitions", "",
                 "| contender | records/s | MB/s | CPU s/GB | peak RSS MiB | start-up to first record written s | "
-                "vs MM2 EOS | vs txn produce ceiling | runs ok |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "vs MM2 EOS | vs txn produce ceiling | vs parallel txn producers ceiling | index on / off | runs ok |",
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for k in ORDER:
             all_runs = [r for r in rows if r["contender"] == k and r["size"] == size]
             if not all_runs:
@@ -111,13 +113,14 @@ def tables(doc: dict) -> list[str]:
                 return statistics.median(r[f] for r in ok) if ok else None
             vs_mm2, _ = paired_ratio(rows, k, "mm2-eos", size)
             vs_txn, _ = paired_ratio(rows, k, "produce-txn", size)
+            vs_par, _ = paired_ratio(rows, k, "produce-txn-parallel", size)
+            index = paired_ratio(rows, k, INDEX_OFF[k], size)[0] if k in INDEX_OFF else None
             out.append(f"| {LABELS[k]} | {_fmt(med('records_per_s'), ',.0f')} | {_fmt(med('mb_per_s'), '.1f')} | "
                        f"{_fmt(med('cpu_s_per_gb'), '.1f')} | {_fmt(med('peak_rss_mb'), '.0f')} | "
-                       f"{_fmt(med('first_visible_s'), '.1f')} | {_fmt(vs_mm2)} | {_fmt(vs_txn)} | "
-                       f"{len(ok)}/{len(all_runs)} |")
+                       f"{_fmt(med('first_visible_s'), '.1f')} | {_fmt(vs_mm2)} | {_fmt(vs_txn)} | {_fmt(vs_par)} | "
+                       f"{'' if k not in INDEX_OFF else _fmt(index, '.3f')} | {len(ok)}/{len(all_runs)} |")
         out.append("")
-        for on, off, what in (("replicator-eos", "replicator-eos-noindex", "replicator exactly-once"),
-                              ("bare-python-eos", "bare-python-eos-noindex", "bare loop")):
+        for (on, off), what in zip(INDEX_OFF.items(), ("replicator exactly-once", "bare loop"), strict=True):
             ratio, each = paired_ratio(rows, on, off, size)
             if ratio is not None:
                 out += [f"Translation index cost, {what}: throughput index on / off = {ratio:.3f} (median of "
@@ -125,42 +128,100 @@ def tables(doc: dict) -> list[str]:
     return out
 
 
-def half_max_steps(doc: dict, key: str) -> list[tuple[int, dict | None, dict]]:
-    """(run, step at half the highest bounded rate or None, highest bounded step) per run."""
+def _size(s: dict) -> int:
+    return s.get("size", 1024)  # results from before the 100 B series were all 1 KiB
+
+
+def half_max_steps(doc: dict, key: str, size: int = 1024) -> list[tuple[int, dict | None, dict]]:
+    """(run, highest step at or below half the highest bounded rate or None, highest bounded step) per run."""
     out = []
-    for run in sorted({s["run"] for s in doc["steady"] if s["contender"] == key}):
-        bounded = sorted((s for s in doc["steady"] if s["contender"] == key and s["run"] == run and s["bounded"]),
-                         key=lambda s: s["rate"])
+    for run in sorted({s["run"] for s in doc["steady"] if s["contender"] == key and _size(s) == size}):
+        bounded = sorted((s for s in doc["steady"] if s["contender"] == key and s["run"] == run
+                          and _size(s) == size and s["bounded"]), key=lambda s: s["rate"])
         if bounded:
             top = bounded[-1]
-            half = next((s for s in bounded if abs(s["fraction"] * 2 - top["fraction"]) < 1e-9), None)
+            half = next((s for s in reversed(bounded) if s["fraction"] <= top["fraction"] / 2 + 1e-9), None)
             out.append((run, half, top))
     return out
+
+
+def latency_by_rate(doc: dict, key: str, size: int) -> list[tuple[int, float, float, float]]:
+    """(rate, p50, p95, p99) medians over runs, per rate step the contender reached."""
+    out = []
+    for rate in sorted({s["rate"] for s in doc["steady"] if s["contender"] == key and _size(s) == size}):
+        xs = [s for s in doc["steady"] if s["contender"] == key and _size(s) == size and s["rate"] == rate]
+        out.append((rate, *(statistics.median(s.get(f, float("nan")) for s in xs)
+                            for f in ("p50_s", "p95_s", "p99_s"))))
+    return out
+
+
+def latency_chart(doc: dict, path: Path) -> None:
+    """p50 and p99 by rate step, ours vs MM2, one panel per record size."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sizes = sorted({_size(s) for s in doc["steady"]}, reverse=True)
+    if not sizes:
+        return
+    fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 5), squeeze=False)
+    for ax, size in zip(axes[0], sizes, strict=True):
+        for key in [k for k in ORDER if any(s["contender"] == k for s in doc["steady"])]:
+            pts = latency_by_rate(doc, key, size)
+            if not pts:
+                continue
+            color = "tab:blue" if key.startswith("replicator") else "tab:orange" if key.startswith("mm2") else "gray"
+            rates = [p[0] for p in pts]
+            ax.plot(rates, [p[1] for p in pts], "o-", color=color, label=f"{LABELS[key]} p50")
+            ax.plot(rates, [p[3] for p in pts], "s--", color=color, label=f"{LABELS[key]} p99")
+        ax.set_yscale("log")
+        ax.set_xlabel("produce rate, records/s (rate steps; median over runs)")
+        ax.set_ylabel("latency s, source CreateTime -> read_committed on target (log)")
+        ax.set_title(f"steady state, {size} B records")
+        ax.grid(True, which="both", alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.suptitle(f"{doc['machine']['cores']} cores, {doc['runs']} interleaved runs, {doc['started']}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def steady_tables(doc: dict) -> list[str]:
     if not doc["steady"] and not doc["restart"]:
         return []
-    out = ["### Steady state (1 KiB records, fixed produce rates, latency = source CreateTime -> delivered "
-           "to a read_committed consumer on the target)", "",
-           "| contender | rate rec/s | p50 s (median of runs) | p99 s (median of runs) | bounded lag in runs |",
-           "|---|---:|---:|---:|---:|"]
+    out = []
     keys = [k for k in ORDER if any(s["contender"] == k for s in doc["steady"])]
-    for k in keys:
-        for rate in sorted({s["rate"] for s in doc["steady"] if s["contender"] == k}):
-            xs = [s for s in doc["steady"] if s["contender"] == k and s["rate"] == rate]
-            p50 = statistics.median(s["p50_s"] for s in xs)
-            p99 = statistics.median(s["p99_s"] for s in xs)
-            out.append(f"| {LABELS[k]} | {rate:,} | {p50:.3f} | {p99:.3f} | "
-                       f"{sum(s['bounded'] for s in xs)}/{len(xs)} |")
-    out += ["", "Per run: the highest rate whose lag stayed bounded, and the latency one step (half the rate) "
-            "below it:", "", "| contender | run | highest bounded rate rec/s | half of it rec/s | p50 s | p99 s |",
-            "|---|---:|---:|---:|---:|---:|"]
-    for k in keys:
-        for run, half, top in half_max_steps(doc, k):
-            out.append(f"| {LABELS[k]} | {run} | {top['rate']:,} | {half['rate']:,} | {half['p50_s']:.3f} | "
-                       f"{half['p99_s']:.3f} |" if half else f"| {LABELS[k]} | {run} | {top['rate']:,} | - | - | - |")
-    out += ["", "### Restart (SIGKILL of the whole process tree under load -> first new committed record "
+    for size in sorted({_size(s) for s in doc["steady"]}, reverse=True):
+        out += [f"### Steady state ({size} B records, fixed produce rates, latency = source CreateTime -> "
+                "delivered to a read_committed consumer on the target)", "",
+                "| contender | rate rec/s | produced rec/s | p50 s | p95 s | p99 s | bounded lag in runs |",
+                "|---|---:|---:|---:|---:|---:|---:|"]
+        for k in keys:
+            for rate, p50, p95, p99 in latency_by_rate(doc, k, size):
+                xs = [s for s in doc["steady"] if s["contender"] == k and _size(s) == size and s["rate"] == rate]
+                produced = [s["produced_per_s"] for s in xs if "produced_per_s" in s]
+                prod = statistics.median(produced) if produced else None
+                out.append(f"| {LABELS[k]} | {rate:,} | {_fmt(prod, ',.0f')} | {_fmt(p50, '.3f')} | "
+                           f"{_fmt(p95, '.3f')} | {_fmt(p99, '.3f')} | {sum(s['bounded'] for s in xs)}/{len(xs)} |")
+        out += ["", f"Per run ({size} B): the highest rate whose lag stayed bounded, and the latency at the highest "
+                "step at or below half of it:", "",
+                "| contender | run | highest bounded rate rec/s | step <= half of it rec/s | p50 s | p99 s |",
+                "|---|---:|---:|---:|---:|---:|"]
+        for k in keys:
+            for run, half, top in half_max_steps(doc, k, size):
+                row = f"| {LABELS[k]} | {run} | {top['rate']:,} | "
+                out.append(row + (f"{half['rate']:,} | {half['p50_s']:.3f} | {half['p99_s']:.3f} |" if half
+                                  else "- | - | - |"))
+        out.append("")
+    for e in doc.get("steady_errors", []):
+        out.append(f"- steady state {e['size']} B, {LABELS.get(e['contender'], e['contender'])}, run {e['run']} "
+                   f"failed: {e['error'][:300]}")
+    if doc.get("steady_errors"):
+        out.append("")
+    if not doc["restart"]:
+        return out
+    out += ["### Restart (SIGKILL of the whole process tree under load -> first new committed record "
             "on the target)", "", "| contender | restart s (median) | runs | peak RSS MiB (steady + restart) |",
             "|---|---:|---|---:|"]
     for k in [k for k in ORDER if any(r["contender"] == k for r in doc["restart"])]:
@@ -173,8 +234,38 @@ def steady_tables(doc: dict) -> list[str]:
     return out
 
 
-def write(doc: dict, md: Path, png: Path) -> None:
+def many_tables(doc: dict) -> list[str]:
+    rows = doc.get("many", [])
+    out = []
+    for shape in sorted({(r["topics"], r["partitions"]) for r in rows}):
+        xs = [r for r in rows if (r["topics"], r["partitions"]) == shape]
+        total, size = xs[0]["records"], doc.get("many_size", 512)
+        out += [f"### Many partitions: {shape[0]} topics x {shape[1]} partitions ({shape[0] * shape[1]:,} "
+                f"partitions), {total:,} records x {size} B", "",
+                "| contender | launch -> all visible s | vs MM2 EOS | idle CPU % of a core | idle peak RSS MiB | "
+                "peak RSS MiB | runs ok |", "|---|---:|---:|---:|---:|---:|---:|"]
+        for k in [k for k in ORDER if any(r["contender"] == k for r in xs)]:
+            ok = [r for r in xs if r["contender"] == k and r["ok"]]
+            n = sum(r["contender"] == k for r in xs)
+
+            def med(f: str, ok: list[dict] = ok) -> float | None:
+                return statistics.median(r[f] for r in ok) if ok else None
+            mm2 = {r["run"]: r["visible_s"] for r in xs if r["contender"] == "mm2-eos" and r["ok"]}
+            ratios = [mm2[r["run"]] / r["visible_s"] for r in ok if r["run"] in mm2 and r["visible_s"] > 0]
+            errors = "; ".join(r["error"][:120] for r in xs if r["contender"] == k and not r["ok"])
+            out.append(f"| {LABELS[k]} | {_fmt(med('visible_s'), '.1f')} | "
+                       f"{_fmt(statistics.median(ratios) if ratios else None)} | {_fmt(med('idle_cpu_pct'), '.1f')} | "
+                       f"{_fmt(med('idle_peak_rss_mb'), '.0f')} | {_fmt(med('peak_rss_mb'), '.0f')} | "
+                       f"{len(ok)}/{n}{' (' + errors + ')' if errors else ''} |")
+        out += ["", "\"vs MM2 EOS\" here is MM2's time to all visible / ours, per run (> 1: we are sooner).", ""]
+        out += [f"Set-up failed: {e['error'][:300]}\n" for e in xs if e["contender"] not in LABELS]
+    return out
+
+
+def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None) -> None:
     chart(doc, png)
+    latency_png = latency_png or png.with_name("latency.png")
+    latency_chart(doc, latency_png)
     m = doc["machine"]
     loads = [x[1] for x in doc["load"]]
     head = [
@@ -191,7 +282,9 @@ def write(doc: dict, md: Path, png: Path) -> None:
         "(2 cores)",
         "", "![throughput by contender and record size](bench/throughput.png)", "",
     ]
+    if doc["steady"]:
+        head += ["![steady-state latency by rate, ours vs MM2](bench/latency.png)", ""]
     marker = "<!-- analysis -->"
     old = md.read_text() if md.exists() else ""
     analysis = old[old.index(marker):] if marker in old else f"{marker}\n"
-    md.write_text("\n".join(head + tables(doc) + steady_tables(doc)) + "\n" + analysis)
+    md.write_text("\n".join(head + tables(doc) + steady_tables(doc) + many_tables(doc)) + "\n" + analysis)

@@ -1,6 +1,12 @@
 """`make bench`: every contender on the same sandbox clusters, interleaved run by run, then the report.
 
-    .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--no-steady] [--no-restart]
+    .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--sizes ...] [--no-catchup]
+        [--no-steady] [--steady-sizes 1024,100] [--steady-fractions ...] [--steady-step-s S] [--max-rate ...]
+        [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S]
+
+Parts, in this order: catch-up (every contender, preloaded topics), steady state + restart (replicator
+and MM2 exactly-once, fixed rates per record size; restart at the first size only), many partitions
+(replicator and MM2 exactly-once, TOPICSxPARTITIONS small topics).
 
 Run r measures contender A, B, C ... for every record size before run r+1 starts (A B C A B C ...),
 so a slow minute on this shared machine hits every contender alike and the ratios stay meaningful.
@@ -11,6 +17,7 @@ at the end.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -18,7 +25,7 @@ import time
 import traceback
 from pathlib import Path
 
-from bench import catchup, kafka_ops, reaper, report, steady
+from bench import catchup, kafka_ops, many, reaper, report, steady
 from bench.contenders import Job, all_contenders
 from replicator.sandbox import Sandbox
 
@@ -38,9 +45,20 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (default 2: our shards)")
     p.add_argument("--no-catchup", action="store_true")
     p.add_argument("--no-steady", action="store_true")
-    p.add_argument("--steady-step-s", type=float, help="seconds per steady-state rate step")
-    p.add_argument("--max-rate", type=float, help="100%% rate of the steady-state steps (records/s of 1 KiB); "
-                                                  "default: this run's replicator exactly-once catch-up median")
+    p.add_argument("--steady-step-s", type=float, help="seconds per steady-state rate step (default 15, quick 10)")
+    p.add_argument("--steady-sizes", default="1024,100", help="record sizes of the steady-state series "
+                                                             "(default 1024,100; restart is measured at the first)")
+    p.add_argument("--steady-fractions", default=",".join(str(f) for f in steady.FRACTIONS),
+                   help="rate steps as fractions of the maximum rate (default %(default)s)")
+    p.add_argument("--max-rate", help="100%% rate of the steady-state steps, records/s: one number (the first "
+                                      "size) or SIZE=RATE,...; default per size: this run's replicator "
+                                      "exactly-once catch-up median at that size")
+    p.add_argument("--no-many", action="store_true", help="skip the many-partitions shape")
+    p.add_argument("--many-shapes", default="100x8", help="TOPICSxPARTITIONS of the many-partitions shape, "
+                                                         "comma-separated (default 100x8; 625x8 = 5,000 partitions)")
+    p.add_argument("--many-records", type=int, default=200, help="records per partition (default 200)")
+    p.add_argument("--many-size", type=int, default=512, help="record size of the many-partitions shape")
+    p.add_argument("--idle-s", type=float, help="idle window after catch-up, seconds (default 60, quick 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="per catch-up measurement")
     p.add_argument("--no-report", action="store_true", help="keep BENCHMARKS.md as it is")
     return p.parse_args(argv)
@@ -69,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"command": " ".join([".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
            "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
            "quick": args.quick, "partitions": PARTITIONS, "catchup": [], "steady": [], "restart": [],
-           "load": []}
+           "steady_errors": [], "many": [], "many_size": args.many_size, "load": []}
     seq = 0
 
     def job(topic: str, size: int, records: int, **kw) -> Job:
@@ -102,26 +120,72 @@ def main(argv: list[str] | None = None) -> int:
                         print(f"run {run} {size:5d} B {c.key:16} {status}  load {os.getloadavg()[0]:.2f}",
                               flush=True)
         if not args.no_steady:
-            max_rate = args.max_rate or report.median_rate(doc["catchup"], "replicator-eos", 1024) or 20_000
             step = args.steady_step_s or (10.0 if args.quick else 15.0)
+            fractions = tuple(float(f) for f in args.steady_fractions.split(","))
+            steady_sizes = [int(x) for x in args.steady_sizes.split(",")]
+            rates = _max_rates(args.max_rate, steady_sizes, doc["catchup"])
             steady_contenders = [c for c in contenders if c.key in steady.CONTENDERS]
             for run in range(1, runs + 1):
-                for c in steady_contenders:
-                    j = job(f"steady-{stamp}-{seq + 1:03d}", 1024, 0)
-                    doc["load"].append([time.time(), *os.getloadavg()])
-                    s, r = _guarded(lambda: steady.measure(c, j, run, max_rate, step),  # noqa: B023
-                                    lambda e: ([], {"contender": c.key, "run": run,  # noqa: B023
-                                                    "peak_rss_mb": 0.0, "error": f"bench error: {e}"}))
-                    _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
-                    _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
-                    doc["steady"] += s
-                    doc["restart"].append(r)
-                    save()
-                    for x in s:
-                        print(f"run {run} steady {c.key:16} {x['rate']:8.0f}/s p50 {x['p50_s']:.3f}s "
-                              f"p99 {x['p99_s']:.3f}s lag {x['lag_end']:7d} bounded {x['bounded']}", flush=True)
-                    print(f"run {run} restart {c.key:16} {r.get('restart_s')} s rss {r.get('peak_rss_mb'):.0f} MiB "
-                          f"{r.get('error', '')}", flush=True)
+                for size in steady_sizes:
+                    for c in steady_contenders:
+                        restart_too = size == steady_sizes[0]
+                        j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0)
+                        doc["load"].append([time.time(), *os.getloadavg()])
+                        s, r = _guarded(
+                            lambda: steady.measure(c, j, run, rates[size], step, fractions,  # noqa: B023
+                                                   restart_too),  # noqa: B023
+                            lambda e: ([], {"contender": c.key, "run": run,  # noqa: B023
+                                            "peak_rss_mb": 0.0, "error": f"bench error: {e}"}))
+                        _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                        _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
+                        doc["steady"] += s
+                        if restart_too:
+                            doc["restart"].append({**r, "size": size})
+                        elif "error" in r:  # the series itself failed (no restart is measured at this size)
+                            doc["steady_errors"].append({"contender": c.key, "run": run, "size": size,
+                                                         "error": r["error"]})
+                        save()
+                        for x in s:
+                            print(f"run {run} steady {size:5d} B {c.key:16} {x['rate']:8.0f}/s (produced "
+                                  f"{x['produced_per_s']:8.0f}/s) p50 {x['p50_s']:.3f}s p95 {x['p95_s']:.3f}s "
+                                  f"p99 {x['p99_s']:.3f}s lag {x['lag_end']:7d} bounded {x['bounded']}", flush=True)
+                        if restart_too:
+                            print(f"run {run} restart {c.key:16} {r.get('restart_s')} s rss "
+                                  f"{r.get('peak_rss_mb', 0):.0f} MiB {r.get('error', '')}", flush=True)
+        if not args.no_many:
+            idle_s = args.idle_s if args.idle_s is not None else (20.0 if args.quick else 60.0)
+            many_contenders = [c for c in contenders if c.key in many.CONTENDERS]
+            for shape in args.many_shapes.split(",") if many_contenders else []:
+                topics, partitions = (int(x) for x in shape.split("x"))
+                mstamp = f"{stamp}{seq + 1:03d}"
+                total = topics * partitions * args.many_records
+                try:
+                    took = many.prepare(box.source.bootstrap, mstamp, topics, partitions, args.many_records,
+                                        args.many_size)
+                    print(f"many partitions: {topics} topics x {partitions} partitions, {total} x {args.many_size} "
+                          f"B created and filled in {took:.1f}s", flush=True)
+                    for run in range(1, runs + 1):
+                        for c in many_contenders:
+                            j = job(f"many-{mstamp}", args.many_size, total)
+                            j = dataclasses.replace(j, partitions=partitions,
+                                                    topics_regex=f"many-{mstamp}-[0-9]+")
+                            doc["load"].append([time.time(), *os.getloadavg()])
+                            m = _guarded(lambda: many.measure(c, j, run, topics, idle_s, args.timeout),  # noqa: B023
+                                         lambda e: many.Many(c.key, topics, partitions, total, run,  # noqa: B023
+                                                             error=f"bench error: {e}"))
+                            _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                            doc["many"].append(m.to_dict())
+                            save()
+                            status = (f"all visible after {m.visible_s:6.1f}s, idle {m.idle_cpu_pct:5.1f} % of a core, "
+                                      f"idle rss {m.idle_peak_rss_mb:5.0f} MiB" if m.ok else f"FAILED: {m.error}")
+                            print(f"run {run} many {topics}x{partitions} {c.key:16} {status}  "
+                                  f"load {os.getloadavg()[0]:.2f}", flush=True)
+                except Exception as e:  # noqa: BLE001 - set-up failed: say so, go on with what is left
+                    traceback.print_exc()
+                    doc["many"].append(many.Many("setup", topics, partitions, total, 0,
+                                                 error=f"creating/filling the source topics: {e}").to_dict())
+                finally:
+                    _tidy(lambda: kafka_ops.delete_topics(box.source.bootstrap, f"many-{mstamp}-"))  # noqa: B023
     finally:
         doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         save()
@@ -146,6 +210,20 @@ def _tidy(action) -> None:
         action()
     except Exception as e:  # noqa: BLE001 - a leftover topic only costs disk
         print(f"cleanup failed (continuing): {e}", flush=True)
+
+
+def _max_rates(arg: str | None, sizes: list[int], catchup_rows: list[dict]) -> dict[int, float]:
+    """100 % rate of the steady steps per record size: given, else the replicator exactly-once
+    catch-up median of this run, else a rate this box sustains at any size."""
+    given: dict[int, float] = {}
+    for part in (arg or "").split(","):
+        if "=" in part:
+            size, rate = part.split("=")
+            given[int(size)] = float(rate)
+        elif part:
+            given[sizes[0]] = float(part)
+    return {size: given.get(size) or report.median_rate(catchup_rows, "replicator-eos", size) or 20_000
+            for size in sizes}
 
 
 def _preloaded(box: Sandbox, size: int, records: int, logdir: Path) -> str:
