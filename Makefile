@@ -49,7 +49,7 @@ unit: $(STAMP)
 	$(BIN)/pytest -q tests/unit
 
 test: $(STAMP) jars debs lint deploytools
-	$(BIN)/pytest -q -m "not chaos and not image and not versions and not soak" tests
+	$(BIN)/pytest -q --durations=30 -m "not chaos and not image and not versions and not soak" tests
 
 # The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
 # Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).

@@ -64,3 +64,9 @@ def classify(err: KafkaError) -> Outcome:
     if err.retriable() or code in _TRANSIENT:
         return Outcome.RETRY
     return Outcome.FATAL
+
+
+def transient(err: KafkaError) -> bool:
+    """Whether the cause goes away by itself (a broker restarting, a leader moving), even when the
+    open transaction has to be aborted for it: worth retrying for longer than a few attempts."""
+    return err.code() not in _FATAL and err.code() not in _FENCED and (err.retriable() or err.code() in _TRANSIENT)

@@ -14,10 +14,12 @@ from confluent_kafka.admin import AdminClient
 
 from replicator.acls import source_reader_group
 from replicator.config import ReplicatorConfig
+from replicator.logs import RepeatFilter
 
 # librdkafka's own lines ("Connect to ... failed", PID retries) go through our logging, in the job's
 # log format, instead of straight to stderr as "%4|...|GETPID|..."; clients serve them when polled.
 LIBRDKAFKA_LOG = logging.getLogger("replicator.librdkafka")
+LIBRDKAFKA_LOG.addFilter(RepeatFilter())
 
 
 def with_logging(props: dict) -> dict:

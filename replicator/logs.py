@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import sys
 import time
 
@@ -38,3 +39,30 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root.setLevel(level)
     for noisy in ("py4j", "pyspark", "kafka"):  # kafka: kafka-python (verify, transaction listing)
         logging.getLogger(noisy).setLevel(logging.WARNING)
+
+
+class RepeatFilter(logging.Filter):
+    """Lets one line of a kind through per `window_s` and counts the rest: a broker that is down
+    makes every client log "Connect to ... failed" many times a second for as long as it is down."""
+
+    _VARYING = re.compile(r"\d+")
+
+    def __init__(self, window_s: float = 30.0) -> None:
+        super().__init__()
+        self.window_s = window_s
+        self._last: dict[str, tuple[float, int]] = {}  # kind -> (when last let through, suppressed since)
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        kind = self._VARYING.sub("#", record.getMessage())
+        now = time.monotonic()
+        last, suppressed = self._last.get(kind, (-self.window_s, 0))
+        if now - last < self.window_s:
+            self._last[kind] = (last, suppressed + 1)
+            return False
+        if len(self._last) > 1000:  # kinds are few; this only bounds memory against odd messages
+            self._last.clear()
+        self._last[kind] = (now, 0)
+        if suppressed:
+            record.msg, record.args = f"{record.getMessage()} ({suppressed} more like it in the last " \
+                                      f"{now - last:.0f} s)", None
+        return True

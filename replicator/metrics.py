@@ -200,7 +200,8 @@ class MetricsObserver:
         # Rare events get a log line whose fields are named like the metrics, for log-based alerting.
         events = {name: stats.get(key, 0) for name, key in _EVENTS.items() if stats.get(key, 0)}
         if events:
-            log.warning("batch %s: %s", stats.get("batch"), ", ".join(f"{k}={v}" for k, v in events.items()),
+            where = f"batch {stats.get('batch')}" + (f" shard {stats['shard']}" if stats.get("shard", -1) >= 0 else "")
+            log.warning("%s: %s", where, ", ".join(f"{k}={v}" for k, v in events.items()),
                         extra={"batch": stats.get("batch"), **{f"replicator_{k}_total": v for k, v in events.items()}})
         log.debug("batch %s committed %d records", stats.get("batch"), stats.get("records", 0),
                   extra={"batch": stats.get("batch"), "replicator_batch_records": stats.get("records", 0)})

@@ -35,7 +35,7 @@ from typing import Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from replicator import kafka_clients, transactional_ids
-from replicator.client_errors import Outcome, classify
+from replicator.client_errors import Outcome, classify, transient
 from replicator.config import ReplicatorConfig
 from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed, read_committed
@@ -43,12 +43,14 @@ from replicator.replication_policy import Provenance
 
 log = logging.getLogger(__name__)
 
-MAX_ATTEMPTS = 6  # consecutive failed attempts (no commit in between) before the task fails
+MAX_ATTEMPTS = 6  # consecutive non-transient failures (no commit in between) before the task fails
+RETRY_BUDGET_S = 300.0  # how long transient errors are retried without a commit (bounded copies)
 _OFFSET_BEGINNING = -2
 _LATENCY_SAMPLES_PER_TXN = 8
 _CONSUME_BATCH = 10_000
 _IDLE_WAIT_S = 0.2  # longest wait for a first record; any arriving record ends it at once
 _REPORT_INTERVAL_S = 1.0
+_CONSUME_ERROR_LOG_S = 10.0
 
 
 class DataLossError(RuntimeError):
@@ -168,6 +170,7 @@ class ShardCopier:
         self._txn_records = 0
         self._txn_begun = False
         self._committed = False  # a transaction committed since the last failure
+        self._consume_error_logged = -_CONSUME_ERROR_LOG_S
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
@@ -204,12 +207,21 @@ class ShardCopier:
         return self.stats
 
     def _attempts(self, ranges: list[CopyRange], should_stop) -> None:
-        failures = 0
+        failures = attempts = 0  # non-transient failures; all failures, for the back-off
+        failing_since: float | None = None
         while True:
             producer = None
             try:
                 producer = self._new_producer()
-                self._copy_with(producer, ranges, should_stop)
+                try:
+                    self._copy_with(producer, ranges, should_stop)
+                except SystemError as e:
+                    # confluent-kafka raises a producer's fatal error (fenced by a twin) from inside
+                    # flush()/poll(); when a delivery callback runs after that, Python reports the
+                    # callback as returning "with an exception set": the fatal error is its cause.
+                    if isinstance(e.__cause__, KafkaException):
+                        raise e.__cause__ from None
+                    raise
                 return
             except KafkaException as e:
                 err = e.args[0]
@@ -227,15 +239,33 @@ class ShardCopier:
                                 extra={"shard": self.shard, "event": "fenced"})
                 elif outcome is Outcome.ABORT and producer is not None:
                     self._abort(producer)
-                failures = 1 if self._committed else failures + 1
+                if self._committed:
+                    failures, attempts, failing_since = 0, 0, None
                 self._committed = False
-                if failures >= MAX_ATTEMPTS:
-                    raise RuntimeError(f"shard {self.shard}: giving up after {MAX_ATTEMPTS} transaction attempts "
-                                       f"without a commit; last error: {err.str()}") from None
-                log.warning("transaction failed (%s); attempt %d of %d restarts from the target's offsets",
-                            err.str(), failures + 1, MAX_ATTEMPTS, extra={"shard": self.shard})
+                now = time.monotonic()
+                failing_since = failing_since if failing_since is not None else now
+                # A cluster that is down or moving leaders answers "retry" until it is back, which
+                # takes longer than a few quick attempts (a broker restart, a network partition). A
+                # twin (the paused pod this one replaced, waking up) fences this shard until it dies.
+                # Both are retried, backing off, for as long as the task runs; anything else has a
+                # few attempts.
+                attempts += 1
+                if not transient(err) and outcome is not Outcome.FENCED:
+                    failures += 1
+                if outcome is Outcome.FENCED and attempts in (3, 10, 30, 100):
+                    log.warning("shard %d fenced %d times without a commit in between: is another instance "
+                                "of job %r running against this target?", self.shard, attempts, self.cfg.name,
+                                extra={"shard": self.shard, "event": "fenced_repeatedly"})
+                if failures >= MAX_ATTEMPTS or now - failing_since >= RETRY_BUDGET_S:
+                    raise RuntimeError(f"shard {self.shard}: giving up after {failures} failed transactions and "
+                                       f"{now - failing_since:.0f} s without a commit; last error: {err.str()}"
+                                       ) from None
+                log.warning("transaction failed (%s); restarting from the target's offsets (failing for %.0f s)",
+                            err.str(), now - failing_since, extra={"shard": self.shard})
                 self.stats.producer_recreations += 1
-                time.sleep(min(0.2 * failures, 2.0))
+                if should_stop():
+                    return
+                time.sleep(min(0.1 * 2 ** min(attempts, 6), 5.0))
             finally:
                 # Resumed before unassign: a partition assigned again while still paused stalls ~1 s
                 # after resume() in librdkafka 2.16 (measured: every third micro-batch).
@@ -411,6 +441,15 @@ class ShardCopier:
             log.warning("source %s[%d] disappeared while being copied; its copy ends at offset %d",
                         st.r.source_topic, st.r.partition, st.next, extra={"event": "topic_deleted"})
             st.done = True
+            return
+        if transient(err):
+            # A broker down or restarting, a leader moving: the consumer reconnects and fetches again
+            # by itself, and the open transaction (target side) is unaffected.
+            now = time.monotonic()
+            if now - self._consume_error_logged >= _CONSUME_ERROR_LOG_S:
+                self._consume_error_logged = now
+                log.warning("source fetch: %s; the consumer retries by itself", err.str(),
+                            extra={"shard": self.shard, "event": "source_unavailable"})
             return
         raise KafkaException(err)
 

@@ -175,10 +175,11 @@ class ShardWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator) -> ShardCommitMessage:
         from pyspark import TaskContext
 
-        from replicator.shard_copy import CopyRange, ShardCopier, fault_for_attempt
+        from replicator.shard_copy import CopyRange, fault_for_attempt
         from replicator.task_control import DriverLink
 
         cfg = ReplicatorConfig.from_json(self.config_json)
+        logs.configure(cfg.log_format, cfg.log_level)  # an executor's Python worker: the job's log format too
         ctx = TaskContext.get()
         fault = fault_for_attempt(ctx.attemptNumber() if ctx else 0)
         deadline = time.monotonic() + cfg.batch_duration_seconds
@@ -187,8 +188,11 @@ class ShardWriter(DataSourceStreamWriter):
             work = json.loads(row.ranges)
             link = DriverLink(self.stats_addr, work["batch"], row.shard)
             try:
+                copier = _copier(cfg, row.shard, fault, deadline, link)
+                if copier is None:
+                    continue
                 ranges = [CopyRange(source, target, p, -1) for source, target, p in work["copy"]]
-                stats = ShardCopier(cfg, row.shard, fault).run(ranges, deadline, link).to_dict()
+                stats = copier.run(ranges, deadline, link).to_dict()
             finally:
                 link.close()
             total = _merge(total, stats)
@@ -207,6 +211,27 @@ class ShardWriter(DataSourceStreamWriter):
         # Nothing to undo: a failed attempt's committed transactions are real and recorded in the
         # fake group; the retry resumes after them.
         log.warning("micro-batch %s aborted by Spark; the next attempt resumes from the target", batchId)
+
+
+def _copier(cfg: ReplicatorConfig, shard: int, fault: str | None, deadline: float, link):
+    """The shard's copier, once the clusters answer its first lookups; None when they did not
+    before the batch's deadline (a broker restarting): the next batch tries again."""
+    from replicator.client_errors import transient
+    from replicator.shard_copy import ShardCopier
+
+    wait = 0.2
+    while True:
+        try:
+            return ShardCopier(cfg, shard, fault)
+        except KafkaException as e:
+            if not transient(e.args[0]):
+                raise
+            if time.monotonic() + wait >= deadline or link.stop_requested():
+                log.warning("shard %d: the clusters did not answer before the batch ended (%s)", shard,
+                            e.args[0].str(), extra={"shard": shard})
+                return None
+            time.sleep(wait)
+            wait = min(wait * 2, 5.0)
 
 
 def _merge(a: dict, b: dict) -> dict:

@@ -61,7 +61,7 @@ class ControlServer:
             self._highest_batch = max(self._highest_batch, batch)
             stop = self._stopping or batch <= self._ended_before
         if stats := msg.get("stats"):
-            self.add(stats)
+            self.add({"batch": batch, "shard": msg.get("shard"), **stats})
         return {"stop": stop}
 
     def add(self, stats: dict) -> None:

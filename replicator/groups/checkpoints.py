@@ -23,6 +23,7 @@ from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator.config import ReplicatorConfig
+from replicator.kafka_clients import with_logging
 
 _TOPIC_ALREADY_EXISTS = 36
 
@@ -130,11 +131,11 @@ class CheckpointStore:
         self._loaded = False
 
     def load(self) -> CheckpointStore:
-        consumer = Consumer({**self.cfg.client_properties("target"),
-                             "bootstrap.servers": self.cfg.target_bootstrap_servers,
-                             "group.id": f"{self.cfg.name}.translator", "enable.auto.commit": False,
-                             "isolation.level": "read_committed", "enable.partition.eof": True,
-                             "auto.offset.reset": "earliest"})
+        consumer = Consumer(with_logging({**self.cfg.client_properties("target"),
+                                          "bootstrap.servers": self.cfg.target_bootstrap_servers,
+                                          "group.id": f"{self.cfg.name}.translator", "enable.auto.commit": False,
+                                          "isolation.level": "read_committed", "enable.partition.eof": True,
+                                          "auto.offset.reset": "earliest"}))
         try:
             md = consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
             if md is None or md.error is not None:
@@ -179,9 +180,9 @@ class CheckpointStore:
 
     def _produce(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer({**self.cfg.client_properties("target"),
-                                       "bootstrap.servers": self.cfg.target_bootstrap_servers,
-                                       "enable.idempotence": True, "acks": "all", "linger.ms": 5})
+            self._producer = Producer(with_logging({**self.cfg.client_properties("target"),
+                                                    "bootstrap.servers": self.cfg.target_bootstrap_servers,
+                                                    "enable.idempotence": True, "acks": "all", "linger.ms": 5}))
         return self._producer
 
     def _on_delivery(self, err, _msg) -> None:

@@ -17,6 +17,7 @@ from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, Topi
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 from replicator.config import ReplicatorConfig
+from replicator.kafka_clients import with_logging
 from replicator.offsets import read_committed
 from replicator.topic_sync import TopicMapping
 
@@ -58,9 +59,10 @@ def promoted(target: AdminClient, job_name: str) -> bool:
 
 def read_marker(cfg: ReplicatorConfig) -> Marker | None:
     topic = marker_topic(cfg.name)
-    consumer = Consumer({**cfg.client_properties("target"), "bootstrap.servers": cfg.target_bootstrap_servers,
-                         "group.id": f"{cfg.name}.translator", "enable.auto.commit": False,
-                         "enable.partition.eof": True, "auto.offset.reset": "earliest"})
+    consumer = Consumer(with_logging({**cfg.client_properties("target"),
+                                      "bootstrap.servers": cfg.target_bootstrap_servers,
+                                      "group.id": f"{cfg.name}.translator", "enable.auto.commit": False,
+                                      "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
     try:
         if topic not in consumer.list_topics(timeout=30).topics:
             return None
@@ -105,8 +107,9 @@ def write_marker(cfg: ReplicatorConfig, target: AdminClient, marker: Marker) -> 
         err = e.args[0] if e.args else None
         if not (isinstance(err, KafkaError) and err.code() == _TOPIC_ALREADY_EXISTS):
             raise RuntimeError(f"creating the promotion marker topic {topic!r} failed: {e}") from None
-    producer = Producer({**cfg.client_properties("target"), "bootstrap.servers": cfg.target_bootstrap_servers,
-                         "enable.idempotence": True, "acks": "all"})
+    producer = Producer(with_logging({**cfg.client_properties("target"),
+                                      "bootstrap.servers": cfg.target_bootstrap_servers,
+                                      "enable.idempotence": True, "acks": "all"}))
     errors: list[str] = []
     deadline = time.monotonic() + 60
     while True:

@@ -85,8 +85,8 @@ class GroupStatus:
 # job's driver. The commit is the same non-transactional OffsetCommit (generation -1, no member id)
 # the admin API sends, which the coordinator refuses while the group has members.
 def _group_client(props: dict, bootstrap: str, group: str) -> Consumer:
-    return Consumer({**props, "bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False,
-                     "isolation.level": "read_committed"})
+    return Consumer(kafka_clients.with_logging({**props, "bootstrap.servers": bootstrap, "group.id": group,
+                                                "enable.auto.commit": False, "isolation.level": "read_committed"}))
 
 
 def group_offsets(props: dict, bootstrap: str, group: str, tps: list[tuple[str, int]]

@@ -60,10 +60,10 @@ class Translation:
 
 
 def _reader(props: dict, bootstrap: str, name: str) -> Consumer:
-    return Consumer({"fetch.wait.max.ms": 10, **props, "bootstrap.servers": bootstrap,
-                     "group.id": f"{name}.translator", "enable.auto.commit": False,
-                     "isolation.level": "read_committed", "enable.partition.eof": True,
-                     "auto.offset.reset": "earliest"})
+    return Consumer(kafka_clients.with_logging({"fetch.wait.max.ms": 10, **props, "bootstrap.servers": bootstrap,
+                                                "group.id": f"{name}.translator", "enable.auto.commit": False,
+                                                "isolation.level": "read_committed", "enable.partition.eof": True,
+                                                "auto.offset.reset": "earliest"}))
 
 
 def _to_end(consumer: Consumer, topic: str, partition: int, start: int) -> Iterator[Message]:

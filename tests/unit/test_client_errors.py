@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from replicator.client_errors import Outcome, classify
+from replicator.client_errors import Outcome, classify, transient
 
 
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -48,3 +48,14 @@ def test_transient_errors_retry_even_without_the_retriable_flag(code):
 def test_flagged_retriable_is_retry_and_unknown_is_fatal():
     assert classify(KafkaError(KafkaError.UNKNOWN, "x", retriable=True)) is Outcome.RETRY
     assert classify(KafkaError(KafkaError.UNKNOWN, "x")) is Outcome.FATAL
+
+
+def test_a_broker_going_away_is_transient_even_when_the_transaction_must_abort():
+    # A target broker killed mid-transaction: the transaction aborts, yet the cause passes by itself,
+    # so it does not use up the few attempts a real failure gets.
+    assert transient(KafkaError(KafkaError._TRANSPORT, "x", txn_requires_abort=True))
+    assert transient(KafkaError(KafkaError._ALL_BROKERS_DOWN, "x"))
+    assert transient(KafkaError(KafkaError.NOT_LEADER_FOR_PARTITION, "x", retriable=True, txn_requires_abort=True))
+    assert not transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "x", retriable=True))
+    assert not transient(KafkaError(KafkaError.PRODUCER_FENCED, "x"))
+    assert not transient(KafkaError(KafkaError._STATE, "x", txn_requires_abort=True))

@@ -31,3 +31,22 @@ def test_client_log_lines_are_ours_in_json_too():
     raw = [line for line in lines if line.startswith("%")]
     assert raw == [], f"raw librdkafka lines on stderr: {raw[:3]}"
     assert any('"logger": "replicator.librdkafka"' in line for line in lines)
+
+
+def test_a_broker_that_stays_down_is_one_line_per_window_not_a_flood():
+    import logging
+
+    from replicator.logs import RepeatFilter
+
+    f = RepeatFilter(window_s=60)
+
+    def rec(msg: str) -> logging.LogRecord:
+        return logging.LogRecord("replicator.librdkafka", logging.ERROR, "", 0, msg, None, None)
+
+    connect = "FAIL [rdkafka#consumer-{}] 127.0.0.1:9/bootstrap: Connect to ipv4#127.0.0.1:9 failed (after {}ms)"
+    passed = [f.filter(rec(connect.format(n, n % 7))) for n in range(50)]
+    assert passed == [True] + [False] * 49  # the same line from many clients, timings aside
+    assert f.filter(rec("FATAL [rdkafka#producer-3] fenced by a newer instance"))  # another kind passes
+    f._last = {k: (when - 61, n) for k, (when, n) in f._last.items()}  # the window has passed
+    r = rec(connect.format(1, 0))
+    assert f.filter(r) and "49 more like it" in r.getMessage()

@@ -22,7 +22,7 @@ def test_stats_reach_the_driver_and_only_the_running_batch_is_ended():
         server.stop()
         new._last = 0.0
         assert new.stop_requested()
-        assert received == [{"records": 5, "transactions": 1}]
+        assert received == [{"batch": 3, "shard": 0, "records": 5, "transactions": 1}]  # says whose they are
         assert server.records == 5 and server.batches == 0
         server.add({"records": 0, "batches": 1})
         assert server.batches == 1
