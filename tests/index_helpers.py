@@ -78,3 +78,25 @@ def next_record_view(bootstrap: str, topic: str, partition: int, offset: int):
         return record_view(got[0]) if got else None
     finally:
         c.close()
+
+
+def positions_of_every_kind(src: list, start: int, end: int) -> dict[str, int]:
+    """Source offsets of every kind a group may stand at: the start, inside a transaction, on a
+    marker, just after one, inside an aborted transaction, on a compaction hole, the end."""
+    offsets = [m.offset() for m in src]
+    present = set(offsets)
+    holes = [o for o in range(start, end) if o not in present]
+    out = {"start": start, "end": end, "second": offsets[1]}
+    for a, b in zip(offsets, offsets[1:], strict=False):
+        if b == a + 2:  # one offset skipped: a marker (or a single compacted record)
+            out.setdefault("on-single-gap", a + 1)
+            out.setdefault("after-single-gap", b)
+        if b > a + 2:  # a run: an aborted transaction and its marker, or compacted records
+            out.setdefault("inside-run-gap", a + 2)
+            out.setdefault("after-run-gap", b)
+        if b == a + 1 and a > start + 10:
+            out.setdefault("inside-transaction", b)
+    if holes:
+        out["last-hole"] = holes[-1]
+    out["near-end"] = offsets[-3]
+    return out

@@ -61,6 +61,26 @@ class IndexEntry:
         """Just past the last copied record: the offset of this transaction's commit marker."""
         return self.first_target + self.count
 
+    @property
+    def first_pair(self) -> tuple[int, int]:
+        """(source, target) offsets of the first copied record (gaps may touch: walk over them)."""
+        source = self.begin
+        for start, stop in self.gaps:
+            if start != source:
+                break
+            source = stop
+        return source, self.first_target
+
+    @property
+    def last_pair(self) -> tuple[int, int]:
+        """(source, target) offsets of the last copied record."""
+        source = self.end
+        for start, stop in reversed(self.gaps):
+            if stop != source:
+                break
+            source = start
+        return source - 1, self.end_target - 1
+
     def covers(self, source_offset: int) -> bool:
         return self.begin <= source_offset < self.end
 

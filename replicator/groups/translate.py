@@ -9,8 +9,13 @@ For source offset X of a partition whose fake-group position (next source offset
   and the next entry's first record), so T = e's end. When the log shows records the index does not
   describe (the index was off for a while), an aligned read of both logs from e's last copied record
   counts the records up to X and checks each copy against its source: exact or refused.
-- X before the first entry (the index was enabled late, or expired): the aligned read needs a known
-  pair below X, which does not exist: "cannot translate". Nothing is ever estimated.
+- X before the first entry (the index was enabled late, or its oldest entries expired), or no entry
+  at all: the nearest known pair is above X (the first entry's first copied record, else the last
+  pair the fake group's commit metadata records). An aligned read backwards from it counts the
+  source's committed records in [X, pair) and checks that as many target records stand just before
+  the pair's target offset, equal one by one (key, value, headers, timestamp); T is the first of
+  them. Anything else, or more than MAX_ALIGNED_RECORDS to compare, is "cannot translate". Nothing
+  is ever estimated.
 
 Finding e without reading the index linearly: one target partition's entries all sit in one index
 partition (`index.index_partition`), in commit order, so their `begin` grows with their index
@@ -23,8 +28,10 @@ partitions).
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import time
+from collections import deque
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import asdict, dataclass
@@ -160,12 +167,6 @@ class IndexReader:
         return self.entry_at_or_after(key, ip, lo, hi)
 
 
-def last_copied(e: IndexEntry) -> tuple[int, int]:
-    """(source, target) offsets of an entry's last copied record."""
-    source = e.gaps[-1][0] - 1 if e.gaps and e.gaps[-1][1] == e.end else e.end - 1
-    return source, e.end_target - 1
-
-
 class Translator:
     """Translates source positions of one job's replicated partitions. Reads the target (index,
     fake group, data); reads the source only for an aligned read."""
@@ -204,13 +205,17 @@ class Translator:
         ahead = max(0, x - n)
         xe = min(x, n)
         if self.index is None:
-            return result(None, False, "none", "no translation index on the target (translation_index off)", ahead)
+            return self._from_commit_pair(result, source_topic, target_topic, partition, xe, ahead,
+                                          "no translation index on the target (translation_index off)")
         found = self.index.last_entry_beginning_at_or_before(target_topic, partition, xe)
         if found is None:
             first = self.index.first_entry(target_topic, partition)
-            where = f"its first entry starts at source offset {first[1].begin}" if first else "it holds no entry"
-            return result(None, False, "none", f"source offset {xe} is older than the translation index "
-                                               f"({where}: enabled late, expired, or copied from mid-log)", ahead)
+            if first is not None:
+                return self._aligned_before(result, first[1].first_pair, source_topic, target_topic, partition, xe,
+                                            ahead, f"older than the translation index (its first entry starts "
+                                                   f"at source offset {first[1].begin})")
+            return self._from_commit_pair(result, source_topic, target_topic, partition, xe, ahead,
+                                          "the translation index holds no entry for it")
         offset, e = found
         if xe <= e.end:
             return result(e.translate(xe), e.contiguous, "index",
@@ -220,7 +225,85 @@ class Translator:
         stop = nxt[1].first_target if nxt else None
         if not read_records(self.target, target_topic, partition, e.end_target, stop, limit=1):
             return result(e.end_target, e.contiguous, "index", "", ahead)
-        return self._aligned(result, last_copied(e), source_topic, target_topic, partition, xe, ahead)
+        return self._aligned(result, e.last_pair, source_topic, target_topic, partition, xe, ahead)
+
+    def _from_commit_pair(self, result, source_topic: str, target_topic: str, partition: int, x: int, ahead: int,
+                          why: str) -> Translation:
+        """No index entry to start from: the last exact pair the fake group's commit metadata holds.
+        Nothing was copied between that record and N, so X above it maps just past its copy."""
+        c = read_committed(self.group, [(target_topic, partition)]).get((target_topic, partition))
+        md = c.metadata if c is not None else None
+        if md is None or md.source_offset < 0 or md.target_offset < 0:
+            return result(None, False, "none", f"{why}, and no copied record is known to start an aligned read from",
+                          ahead)
+        if x > md.source_offset and x <= c.offset:
+            return result(md.target_offset + 1, True, "aligned-read", "", ahead)
+        return self._aligned_before(result, (md.source_offset, md.target_offset), source_topic, target_topic,
+                                    partition, x, ahead, why)
+
+    def _aligned_before(self, result, pair: tuple[int, int], source_topic: str, target_topic: str, partition: int,
+                        x: int, ahead: int, why: str) -> Translation:
+        """X at or below a known pair (s, t): the k committed source records in [X, s) must be the k
+        committed target records just before t, one by one; then T is the first of them (t when
+        k = 0). Records are compared by a digest of what a copy preserves, so a long read holds
+        16 bytes per record, not the records."""
+        def refuse(reason: str) -> Translation:
+            return result(None, False, "none", f"source offset {x} is {why}; {reason}", ahead)
+
+        if self.source is None:
+            return refuse("an aligned read needs the source, which is not reachable")
+        s, t = pair
+        low = self.source.get_watermark_offsets(TopicPartition(source_topic, partition), timeout=30)[0]
+        if x < low:
+            return refuse(f"the source no longer holds it (its log starts at {low})")
+        src: list[bytes] = []
+        anchor = None
+        with closing(_to_end(self.source, source_topic, partition, x)) as records:
+            for m in records:
+                if m.offset() >= s:
+                    anchor = m if m.offset() == s else None
+                    break
+                if len(src) >= MAX_ALIGNED_RECORDS:
+                    return refuse(f"an aligned read would compare over {MAX_ALIGNED_RECORDS} records")
+                src.append(_digest(m))
+        # The consumer resets to the log start when X was deleted meanwhile: counted short, refused.
+        if self.source.get_watermark_offsets(TopicPartition(source_topic, partition), timeout=30)[0] > x:
+            return refuse("the source deleted it while it was being read")
+        if anchor is None:
+            return refuse(f"the source no longer holds the copied record at offset {s} to align on")
+        k = len(src)
+        tail = self._target_tail(target_topic, partition, t, k + 1)
+        if tail is None or tail[-1][0] != t:
+            return refuse(f"the target no longer holds the copy at offset {t} to align on")
+        if tail[-1][1] != _digest(anchor, self.cfg.provenance_header):
+            return refuse(f"source offset {s} and target offset {t} differ: the known pair does not hold")
+        if len(tail) < k + 1:
+            return refuse(f"the source holds {k} records in [{x}, {s}), the target only {len(tail) - 1} before {t}")
+        for (offset, got), want in zip(tail[-k - 1:-1], src, strict=True):
+            if got != want:
+                return refuse(f"target offset {offset} is not a copy of the source record the aligned read "
+                              f"pairs it with: the logs are not aligned")
+        return result(tail[-k - 1][0], True, "aligned-read", "", ahead)
+
+    def _target_tail(self, topic: str, partition: int, t: int, n: int) -> list[tuple[int, bytes]] | None:
+        """The last `n` committed target records up to offset t (inclusive) as (offset, digest), or
+        fewer when the log holds fewer; None when there is no record at t. Reads back in widening
+        windows: markers and aborted records occupy offsets too, so n records may span more."""
+        low = self.target.get_watermark_offsets(TopicPartition(topic, partition), timeout=30)[0]
+        span = n + 16
+        while True:
+            start = max(low, t + 1 - span)
+            tail: deque[tuple[int, bytes]] = deque(maxlen=n)
+            with closing(_to_end(self.target, topic, partition, start)) as records:
+                for m in records:
+                    if m.offset() > t:
+                        break
+                    tail.append((m.offset(), _digest(m, self.cfg.provenance_header)))
+            if not tail or tail[-1][0] != t:
+                return None
+            if len(tail) >= n or start <= low:
+                return list(tail)
+            span *= 2
 
     def _aligned(self, result, pair: tuple[int, int], source_topic: str, target_topic: str, partition: int,
                  x: int, ahead: int) -> Translation:
@@ -248,6 +331,10 @@ class Translator:
                                                    f"differ: the logs are not aligned", ahead)
         t = dst[len(src)].offset() if len(dst) > len(src) else dst[-1].offset() + 1
         return result(t, True, "aligned-read", "", ahead)
+
+
+def _digest(m, stamped: bool = False) -> bytes:
+    return hashlib.blake2b(repr(_view(m, stamped)).encode(), digest_size=16).digest()
 
 
 def _view(m, stamped: bool = False) -> tuple:

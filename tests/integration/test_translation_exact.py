@@ -14,7 +14,7 @@ from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.translate import Translator, read_records
 from replicator.shard_copy import CopyRange, ShardCopier
 from tests.engine_checks import sample_records
-from tests.index_helpers import read_index
+from tests.index_helpers import positions_of_every_kind, read_index
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional, record_view
 
 
@@ -58,28 +58,6 @@ def _compacted_source(bootstrap: str, topic: str) -> None:
         time.sleep(2)
 
 
-def _positions(src: list, start: int, end: int) -> dict[str, int]:
-    """Source offsets of every kind a group may stand at: the start, inside a transaction, on a
-    marker, just after one, inside an aborted transaction, on a compaction hole, the end."""
-    offsets = [m.offset() for m in src]
-    present = set(offsets)
-    holes = [o for o in range(start, end) if o not in present]
-    out = {"start": start, "end": end, "second": offsets[1]}
-    for a, b in zip(offsets, offsets[1:], strict=False):
-        if b == a + 2:  # one offset skipped: a marker (or a single compacted record)
-            out.setdefault("on-single-gap", a + 1)
-            out.setdefault("after-single-gap", b)
-        if b > a + 2:  # a run: an aborted transaction and its marker, or compacted records
-            out.setdefault("inside-run-gap", a + 2)
-            out.setdefault("after-run-gap", b)
-        if b == a + 1 and a > start + 10:
-            out.setdefault("inside-transaction", b)
-    if holes:
-        out["last-hole"] = holes[-1]
-    out["near-end"] = offsets[-3]
-    return out
-
-
 def test_translation_is_exact_at_every_kind_of_position(sandbox, unique, monkeypatch):
     src_bs, dst_bs = sandbox.source.bootstrap, sandbox.target.bootstrap
     txn_topic, compact_topic, mid_topic = f"xl-txn-{unique}", f"xl-compact-{unique}", f"xl-mid-{unique}"
@@ -121,7 +99,7 @@ def test_translation_is_exact_at_every_kind_of_position(sandbox, unique, monkeyp
             log_start = consumer.get_watermark_offsets(TopicPartition(topic, 0), timeout=30)[0]
             src = read_records(consumer, topic, 0, log_start, ends[topic])
             consumer.close()
-            for kind, x in _positions(src, log_start, ends[topic]).items():
+            for kind, x in positions_of_every_kind(src, log_start, ends[topic]).items():
                 before = (translator.index.probes, translator.index.records_read)
                 tr = translator.translate(topic, 0, x)
                 assert tr.exact and tr.method == "index" and tr.ahead == 0, (topic, kind, x, tr)

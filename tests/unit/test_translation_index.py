@@ -67,6 +67,23 @@ def test_leading_and_trailing_gaps_are_kept():
     assert [entry.translate(x) for x in (10, 11, 12, 14, 15, 19, 20)] == [100, 100, 100, 102, 103, 103, 103]
 
 
+@pytest.mark.parametrize("seed", range(20))
+def test_first_and_last_pairs_are_the_first_and_last_copied_records(seed):
+    rnd = random.Random(seed)
+    begin, length = rnd.randint(0, 1000), rnd.randint(1, 60)
+    copied = sorted(rnd.sample(range(begin, begin + length), rnd.randint(1, length)))
+    entry, placed = _simulate(begin, begin + length, copied, rnd.randint(0, 10**6))
+    assert entry.first_pair == (copied[0], placed[copied[0]])
+    assert entry.last_pair == (copied[-1], placed[copied[-1]])
+
+
+def test_pairs_walk_over_gaps_that_touch():
+    # The copier can record a run as two touching gaps (end of data, then the planned end).
+    entry = entry_from_copy(10, 30, (13, 7), (20, 14), 8, [10, 12, 12, 13, 21, 25, 25, 30])
+    assert entry is not None
+    assert entry.first_pair == (13, 7) and entry.last_pair == (20, 14)
+
+
 def test_a_partition_started_at_its_log_start_begins_at_its_first_record():
     entry = entry_from_copy(-2, 9, (5, 0), (8, 3), 4, [])
     assert entry is not None and entry.begin == 5 and entry.translate(5) == 0
