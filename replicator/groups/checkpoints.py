@@ -146,7 +146,9 @@ class CheckpointStore:
             while len(done) < len(md.partitions):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"reading {self.topic} did not reach its end in 120s")
-                for m in consumer.consume(1000, 1.0):
+                # poll() returns at the first event; consume(n, timeout) would wait out its timeout.
+                first = consumer.poll(1.0)
+                for m in [first, *consumer.consume(1000, 0)] if first is not None else []:
                     if m.error() is not None:
                         if m.error().code() == KafkaError._PARTITION_EOF:
                             done.add(m.partition())

@@ -80,7 +80,12 @@ def _to_end(consumer: Consumer, topic: str, partition: int, start: int) -> Itera
     deadline = time.monotonic() + _STALL_S
     try:
         while True:
-            msgs = consumer.consume(500, _POLL_S)
+            # consume(n, timeout) waits out the whole timeout unless n records arrive, even after the
+            # partition's end: a probe of a few index records took a full second (a 30-group sync
+            # round 160 s). poll() returns at the first record or end-of-partition event; consume
+            # with no wait then takes what is already fetched.
+            first = consumer.poll(_POLL_S)
+            msgs = [first, *consumer.consume(500, 0)] if first is not None else []
             if not msgs and time.monotonic() > deadline:
                 raise RuntimeError(f"reading {topic}[{partition}] from {start}: no record and no end in {_STALL_S}s")
             deadline = time.monotonic() + _STALL_S if msgs else deadline
