@@ -46,6 +46,7 @@ from replicator.replication_policy import PROVENANCE_HEADER, policy_for
 
 log = logging.getLogger(__name__)
 MAX_ALIGNED_RECORDS = 1_000_000
+_ALIGNED_CACHE_SIZE = 10_000
 _POLL_S = 1.0
 _STALL_S = 60.0
 
@@ -187,6 +188,9 @@ class Translator:
         md = self.target.list_topics(topic, timeout=30).topics.get(topic)
         partitions = len(md.partitions) if md is not None and md.error is None and md.partitions else 0
         self.index = IndexReader(self.target, cfg.name, partitions) if partitions else None
+        # Aligned reads back from a pair, by (target topic, partition, X, pair): the answer cannot
+        # change while the pair stays the nearest, and a lagging group asks again every sync round.
+        self._aligned_cache: dict[tuple[str, int, int, tuple[int, int]], int] = {}
 
     def close(self) -> None:
         for c in (self.target, self.source, self.group):
@@ -255,6 +259,9 @@ class Translator:
         def refuse(reason: str) -> Translation:
             return result(None, False, "none", f"source offset {x} is {why}; {reason}", ahead)
 
+        cached = self._aligned_cache.get((target_topic, partition, x, pair))
+        if cached is not None:
+            return result(cached, True, "aligned-read", "", ahead)
         if self.source is None:
             return refuse("an aligned read needs the source, which is not reachable")
         s, t = pair
@@ -288,6 +295,9 @@ class Translator:
             if got != want:
                 return refuse(f"target offset {offset} is not a copy of the source record the aligned read "
                               f"pairs it with: the logs are not aligned")
+        if len(self._aligned_cache) >= _ALIGNED_CACHE_SIZE:
+            self._aligned_cache.clear()
+        self._aligned_cache[(target_topic, partition, x, pair)] = tail[-k - 1][0]
         return result(tail[-k - 1][0], True, "aligned-read", "", ahead)
 
     def _target_tail(self, topic: str, partition: int, t: int, n: int) -> list[tuple[int, bytes]] | None:
