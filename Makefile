@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: demo test lint unit integration chaos versions bench jars debs containertools image image-test clean sandbox-up sandbox-down soak
+.PHONY: demo test lint unit integration chaos versions bench bench-index jars debs containertools image image-test clean sandbox-up sandbox-down soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -72,6 +72,10 @@ soak: $(STAMP) jars
 
 bench: $(STAMP) jars
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
+
+# The translation index's cost, A/B on the bare copy loop (BENCHMARKS.md, "Translation index on/off").
+bench-index: $(STAMP) jars
+	$(BIN)/python -m bench.index_ab $(BENCH_ARGS)
 
 sandbox-up: $(STAMP) jars
 	$(BIN)/replicator sandbox up
