@@ -27,10 +27,27 @@ from replicator.task_control import ControlServer
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
+# Spark gives each Python worker it spawns on its own (not through the worker daemon) 10 s to
+# connect back, hard-coded in PythonWorkerFactory.createSimpleWorker (Spark 4.x, no setting). The
+# streaming source's runner is such a worker, started with every query: on a crowded machine its
+# interpreter can take longer to start, and the query fails before it planned anything. Seen in the
+# soak and the multi-broker chaos runs at load average ~30 on 2 cores (RELIABILITY.md). The job
+# then starts a new query in the same process instead of exiting: all state that matters is in the
+# target (records and fake group, committed together), so this is a restart as after a crash.
+TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)
+# More than this many such restarts within the window: the failure is not passing, exit 1 and let
+# the supervisor (or the operator) see it.
+QUERY_RESTARTS = 5
+QUERY_RESTART_WINDOW_S = 600.0
+QUERY_RESTART_BACKOFF_S = 5.0
 
 
 class RuntimeFailure(RuntimeError):
     """A failure while running (exit code 1): the message says what and where."""
+
+
+class TransientQueryFailure(RuntimeFailure):
+    """The streaming query failed on one of TRANSIENT_QUERY_FAILURES: a new query may succeed."""
 
 
 class JobObserver(Protocol):
@@ -246,17 +263,53 @@ class Replicator:
             spark.dataSource.register(ReplicatorDataSource)
             options = {"config": self.cfg.to_json(), "stop_flag": str(self.scratch / "stop"),
                        "stats_addr": f"{_driver_host(self.cfg, spark)}:{self.stats.port}"}
-            # A fresh checkpoint per run: it is never trusted for correctness (the target is).
-            self.query = (spark.readStream.format("replicator").options(**options).load()
-                          .writeStream.format("replicator").options(**options)
-                          .option("checkpointLocation", str(self.scratch / "checkpoint"))
-                          .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
-                          .queryName(self.cfg.name).start())
-            for o in self.observers:
-                o.on_start(self)
-            self._watch()
+            restarts: list[float] = []  # when the recent ones happened
+            attempt = 0
+            while True:
+                self.query = self._start_query(spark, options, attempt)
+                if attempt == 0:  # observers hook into the session once (listeners, group sync)
+                    for o in self.observers:
+                        o.on_start(self)
+                try:
+                    self._watch()
+                    return
+                except TransientQueryFailure as e:
+                    now = time.monotonic()
+                    restarts = [t for t in restarts if now - t < QUERY_RESTART_WINDOW_S] + [now]
+                    if len(restarts) > QUERY_RESTARTS:
+                        raise RuntimeFailure(f"{e} ({len(restarts)} times within "
+                                             f"{QUERY_RESTART_WINDOW_S:g}s)") from e
+                    log.warning("%s; starting the query again (%d of at most %d restarts within %gs)", e,
+                                len(restarts), QUERY_RESTARTS, QUERY_RESTART_WINDOW_S,
+                                extra={"event": "query_restarted"})
+                    self._before_restart(spark)
+                    if self.stop_requested.is_set():
+                        return
+                    attempt += 1
         finally:
             self._shutdown(spark)
+
+    def _start_query(self, spark, options: dict[str, str], attempt: int):
+        # A fresh checkpoint per query: it is never trusted for correctness (the target is).
+        checkpoint = self.scratch / ("checkpoint" if attempt == 0 else f"checkpoint-{attempt}")
+        return (spark.readStream.format("replicator").options(**options).load()
+                .writeStream.format("replicator").options(**options)
+                .option("checkpointLocation", str(checkpoint))
+                .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
+                .queryName(self.cfg.name).start())
+
+    def _before_restart(self, spark) -> None:
+        """No task of the failed query may still copy when the next one starts; what one left open
+        is aborted now (the next query's tasks would fence it too, at their first transaction)."""
+        try:
+            spark.sparkContext.cancelAllJobs()
+        except Exception as e:  # noqa: BLE001 - the fencing below and the next tasks' own still hold
+            log.warning("cancelling the failed query's jobs: %s", e)
+        try:
+            fence_current_layout(self.cfg)
+        except transactional_ids.FenceError as e:
+            log.warning("before the restart: %s; the next query's tasks fence them before writing", e)
+        self.stop_requested.wait(QUERY_RESTART_BACKOFF_S)
 
     def _watch(self) -> None:
         source, target = kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg)
@@ -299,7 +352,10 @@ class Replicator:
         reader.close()
         error = self.query.exception()
         if error is not None and not self.stop_requested.is_set():
-            raise RuntimeFailure(f"the streaming query failed: {_root_cause(error)}")
+            cause = _root_cause(error)
+            if any(marker in cause for marker in TRANSIENT_QUERY_FAILURES):
+                raise TransientQueryFailure(f"the streaming query failed: {cause}")
+            raise RuntimeFailure(f"the streaming query failed: {cause}")
 
     def _promoted(self, target) -> bool:
         try:
