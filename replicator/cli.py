@@ -160,6 +160,16 @@ def connection_options(f):
     return f
 
 
+def crash_traces() -> None:
+    """A crash inside native code (librdkafka's assertions abort the process) leaves every Python
+    thread's stack in the job's log (stderr), so the call that crashed is known. A multi-broker chaos
+    run lost its driver to `rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt > 0` during
+    the start-up checks with nothing else to go on (RELIABILITY.md)."""
+    import faulthandler
+
+    faulthandler.enable(all_threads=True)
+
+
 @main.command()
 @connection_options
 @click.option("--master", help="Spark master URL (default local[cores,4]: local with task retries).")
@@ -186,6 +196,7 @@ def run(config_file: str | None, **flags) -> None:
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
+    crash_traces()
     cfg = _load_config(config_file, flags)
     from replicator import job, logs
 
