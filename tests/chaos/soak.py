@@ -136,6 +136,9 @@ class SoakRun(ChaosRun):
                 now = time.monotonic()
                 if load.poll() is not None:
                     raise AssertionError(f"the load producer exited ({load.returncode}); see producer-performance.log")
+                # The first hour-long run only noticed at its end that the job had exited 1 (minute 55).
+                if not proc.running():
+                    raise AssertionError(f"the replicator exited ({proc.proc.returncode}):\n{proc.log()[-4000:]}")
                 if now >= next_sample:
                     sample = {"t_s": round(now - started), "since_start_s": round(now - proc_started),
                               "since_fault_s": round(now - last_fault), "lag": self._lag(), **tree_sample(proc)}
