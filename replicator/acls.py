@@ -22,7 +22,10 @@ REQUIRED = "required"
 CREATE = "topic creation"  # optional: without it, target topics must exist beforehand
 CONFIG_SYNC = "topic config sync"  # optional: without it, configs are not copied or re-synced
 GROUP_SYNC = "group sync"  # optional: consumer-group checkpoints and offset sync (needs the index)
-FEATURES = (REQUIRED, CREATE, CONFIG_SYNC, GROUP_SYNC)
+# optional: the disaster-recovery commands that write or read the promotion marker (switchover,
+# failover, divergence, failback); `run` never needs these, so the job can run without them.
+PROMOTION = "promotion"
+FEATURES = (REQUIRED, CREATE, CONFIG_SYNC, GROUP_SYNC, PROMOTION)
 DEFAULT_SOURCE_PRINCIPAL = "User:replicator-source"
 DEFAULT_TARGET_PRINCIPAL = "User:replicator-target"
 
@@ -173,7 +176,10 @@ def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl
         ("Read", GROUP_SYNC, "translate source offsets to target offsets through the index"))
     acls += _grants("target", dst, "Topic", "LITERAL", marker_topic(cfg.name),
                     ("Describe", REQUIRED, "see the switchover/failover marker topic: the job stops if the target was "
-                                           "promoted (without it a promoted target would not be noticed)"))
+                                           "promoted (without it a promoted target would not be noticed)"),
+                    ("Create", PROMOTION, "`switchover`/`failover` create the promotion marker topic"),
+                    ("Write", PROMOTION, "`switchover`/`failover` write the promotion marker (the cut)"),
+                    ("Read", PROMOTION, "`divergence`/`failback` read the promotion marker's cut"))
     for pattern, groups in topic_patterns(cfg.groups):
         acls += _grants("source", src, "Group", pattern, groups,
                         ("Describe", GROUP_SYNC, "list the source consumer groups and read their committed offsets"))

@@ -185,6 +185,34 @@ def check_promotion_marker(cfg: ReplicatorConfig, target: AdminClient) -> None:
                      "notice a switchover or failover (the job must stop copying into a promoted target)")
 
 
+def check_promotion_write(cfg: ReplicatorConfig, target: AdminClient) -> None:
+    """Create and Write on the marker topic, asked before `switchover`/`failover` fence or write
+    anything: refused half-way, a promotion would leave the job fenced with no marker. Write can
+    only be asked of an existing topic, so the topic is created here, empty (an empty marker topic
+    is not a promotion, see `promotion.promoted`)."""
+    from replicator.groups.promotion import create_marker_topic, marker_topic
+
+    topic = marker_topic(cfg.name)
+    purpose = "write the promotion marker (switchover, failover)"
+    ops = _topic_operations(target, [topic]).get(topic)
+    deadline = time.monotonic() + 30
+    while isinstance(ops, KafkaError):
+        if is_authorization_error(ops):
+            raise denied(cfg, "target", "Describe", f"Topic '{topic}'", purpose)
+        try:
+            create_marker_topic(cfg, target)
+        except KafkaException as e:
+            if is_authorization_error(e.args[0]):
+                raise denied(cfg, "target", "Create", f"Topic '{topic}'", purpose) from None
+            raise
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"the promotion marker topic {topic!r} did not appear within 30 s")
+        time.sleep(0.5)  # the new topic reaches every broker's metadata shortly
+        ops = _topic_operations(target, [topic]).get(topic)
+    if AclOperation.WRITE not in ops:
+        raise denied(cfg, "target", "Write", f"Topic '{topic}'", purpose)
+
+
 def check_source_group(cfg: ReplicatorConfig, source: AdminClient) -> None:
     """Describe on the source consumer's group.id: librdkafka looks up its coordinator."""
     group = source_reader_group(cfg)

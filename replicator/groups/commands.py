@@ -91,11 +91,12 @@ def groups(config_file: str | None, fmt: str, **flags) -> None:
 
 
 def _fence_and_mark(cfg, kind: str):
-    from replicator import kafka_clients, topic_sync
+    from replicator import kafka_clients, permissions, topic_sync
     from replicator.groups import promotion
     from replicator.job import fence_previous_layouts
 
     target = kafka_clients.target_admin(cfg)
+    permissions.check_promotion_write(cfg, target)  # before fencing: refused later, it would be half-done
     fenced = fence_previous_layouts(cfg)
     mappings = _mappings_from_group(cfg, target) if kind == "failover" else None
     if mappings is None:
@@ -222,9 +223,12 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
     cfg = _load_config(config_file, flags)
     if cfg.replication_policy != "identity":
         _fail("failback needs replication_policy=identity (the reverse job writes back to the same topic names)")
+    # The forward job's view: both clusters swapped, with the client settings (TLS, SASL) that go
+    # with each; swapping only the addresses would speak one cluster's security to the other.
     forward = dataclasses.replace(cfg, name=forward_name, offsets_group="",
                                   target_bootstrap_servers=cfg.source_bootstrap_servers,
-                                  source_bootstrap_servers=cfg.target_bootstrap_servers)
+                                  source_bootstrap_servers=cfg.target_bootstrap_servers,
+                                  source=cfg.target, target=cfg.source)
     try:
         marker = promotion.read_marker(forward)
         if marker is None:

@@ -13,9 +13,10 @@ import json
 import time
 from dataclasses import asdict, dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, Producer, TopicPartition
+from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
+from replicator import permissions
 from replicator.config import ReplicatorConfig
 from replicator.kafka_clients import with_logging
 from replicator.offsets import read_committed
@@ -53,8 +54,27 @@ class Marker:
 
 
 def promoted(target: AdminClient, job_name: str) -> bool:
-    """True once a marker topic exists (the cheap check `run` makes, at start and while running)."""
-    return marker_topic(job_name) in target.list_topics(timeout=30).topics
+    """True once the marker topic holds a marker (the cheap check `run` makes, at start and while
+    running; Describe suffices). An empty marker topic is no promotion: `switchover`/`failover`
+    create it before fencing anything, to learn whether they may write it, and stop if not."""
+    topic = marker_topic(job_name)
+    if topic not in target.list_topics(timeout=30).topics:
+        return False
+    tp = TopicPartition(topic, 0)
+    return target.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30)[tp].result().offset > 0
+
+
+def create_marker_topic(cfg: ReplicatorConfig, target: AdminClient) -> None:
+    """Creates the (empty) marker topic unless it exists; KafkaException on any other refusal."""
+    topic = marker_topic(cfg.name)
+    fut = target.create_topics([NewTopic(topic, 1, cfg.replication_factor, config={"retention.ms": "-1"})],
+                               request_timeout=60)[topic]
+    try:
+        fut.result()
+    except KafkaException as e:
+        err = e.args[0] if e.args else None
+        if not (isinstance(err, KafkaError) and err.code() == _TOPIC_ALREADY_EXISTS):  # promoted once before
+            raise
 
 
 def read_marker(cfg: ReplicatorConfig) -> Marker | None:
@@ -73,6 +93,9 @@ def read_marker(cfg: ReplicatorConfig) -> Marker | None:
                 if m.error() is not None:
                     if m.error().code() == KafkaError._PARTITION_EOF:
                         return latest
+                    if permissions.is_authorization_error(m.error()):
+                        raise permissions.denied(cfg, "target", "Read", f"Topic '{topic}'",
+                                                 "read the promotion marker's cut")
                     raise RuntimeError(f"reading {topic}: {m.error().str()}")
                 latest = Marker.from_json(m.value())
         raise RuntimeError(f"reading {topic} did not reach its end in 60s")
@@ -99,14 +122,10 @@ def cut(cfg: ReplicatorConfig, target: AdminClient, group_reader: Consumer, mapp
 
 def write_marker(cfg: ReplicatorConfig, target: AdminClient, marker: Marker) -> None:
     topic = marker_topic(cfg.name)
-    fut = target.create_topics([NewTopic(topic, 1, cfg.replication_factor, config={"retention.ms": "-1"})],
-                               request_timeout=60)[topic]
     try:
-        fut.result()
-    except Exception as e:  # noqa: BLE001 - KafkaException; already promoted once is fine
-        err = e.args[0] if e.args else None
-        if not (isinstance(err, KafkaError) and err.code() == _TOPIC_ALREADY_EXISTS):
-            raise RuntimeError(f"creating the promotion marker topic {topic!r} failed: {e}") from None
+        create_marker_topic(cfg, target)
+    except KafkaException as e:
+        raise RuntimeError(f"creating the promotion marker topic {topic!r} failed: {e}") from None
     producer = Producer(with_logging({**cfg.client_properties("target"),
                                       "bootstrap.servers": cfg.target_bootstrap_servers,
                                       "enable.idempotence": True, "acks": "all"}))

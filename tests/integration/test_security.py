@@ -30,6 +30,7 @@ from confluent_kafka import ConsumerGroupTopicPartitions, KafkaException
 
 from replicator import acls
 from replicator import config as config_mod
+from replicator.groups import promotion
 from replicator.sandbox.security import CertificateAuthority
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until
 from tests.secure_helpers import (
@@ -165,6 +166,62 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
     outputs.append(topics.stdout + topics.stderr)
     assert topics.returncode == 0 and topic in topics.stdout
     outputs.append(run_cli("acls", "--config", str(config)).stdout)
+
+    # The consumer-group commands (issue 12) through the same file and the same least set: `groups`
+    # and `failover --dry-run` only read (reader on the source, writer on the target).
+    listed = run_cli("groups", "--config", str(config), "--format", "json")
+    outputs.append(listed.stdout + listed.stderr)
+    assert listed.returncode == 0, listed.stdout + listed.stderr
+    doc = json.loads(listed.stdout)
+    [status] = [g for g in doc["groups"] if g["group"] == app]
+    assert doc["source_reachable"] and status["state"] == "synced", status
+    assert {p["partition"]: p["target_offset"] for p in status["partitions"]} == wanted, status
+    assert all(p["exact"] and p["ahead"] == 0 for p in status["partitions"]), status
+    dry = run_cli("failover", "--dry-run", "--config", str(config), "--format", "json")
+    outputs.append(dry.stdout + dry.stderr)
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    doc = json.loads(dry.stdout)
+    [status] = [g for g in doc["groups"] if g["group"] == app]
+    assert doc["dry_run"] and doc["marker"] is None and status["rpo_offsets"] == 0, doc
+    assert {p["partition"]: p["target_offset"] for p in status["partitions"]} == wanted, status
+    assert promotion.marker_topic(name) not in admin(box, "target").list_topics(timeout=30).topics
+
+    # A real failover needs the promotion ACLs too (marker topic Create/Write/Read), and no more:
+    # it fences the shards, writes the cut and leaves the application's group where the sync put it.
+    grant(box, [a for a in acl_set(config) if a.feature == acls.PROMOTION])
+    over = run_cli("failover", "--config", str(config), "--format", "json")
+    outputs.append(over.stdout + over.stderr)
+    assert over.returncode == 0, over.stdout + over.stderr
+    doc = json.loads(over.stdout)
+    doc_cut = doc["marker"]["cut"]
+    assert {(c["partition"], c["source_next"]) for c in doc_cut} == {(0, 3000), (1, 3000)}, doc
+    assert group_offsets(box, "target", app, topic, PARTITIONS) == wanted
+    # Records the source takes after the cut are what `divergence` reports (exit 3: to decide about).
+    produce(box, topic, PARTITIONS, 10, start=6000)
+    diverged = run_cli("divergence", "--config", str(config), "--format", "json")
+    outputs.append(diverged.stdout + diverged.stderr)
+    assert diverged.returncode == 3, diverged.stdout + diverged.stderr
+    doc = json.loads(diverged.stdout)
+    assert doc["promoted"] == "failover" and doc["diverged_records"] == 10, doc
+    assert {(r["partition"], r["from"], r["to"], r["records"]) for r in doc["partitions"]} == \
+        {(0, 3000, 3005, 5), (1, 3000, 3005, 5)}, doc
+    cut = {c["partition"]: c["target_end"] for c in doc_cut}
+    # `failback` with the reverse job's file (source: the new primary as `writer`, target: the old
+    # source as its administrator, the reverse job's own principal): it reads the marker on the new
+    # primary with that cluster's settings, and starts the reverse job at the cut.
+    back = f"{name}-back"
+    reverse = tmp_path / "reverse.yaml"
+    reverse.write_text(yaml.safe_dump({
+        "name": back, "topics": topic, "groups": app, "source_bootstrap_servers": box.target.bootstrap,
+        "target_bootstrap_servers": box.source.bootstrap,
+        "source": box.client_properties("target", "writer", by_reference=True),
+        "target": box.client_properties("source", "admin", by_reference=True)}))
+    failback = run_cli("failback", "--forward-name", name, "--config", str(reverse), "--format", "json")
+    outputs.append(failback.stdout + failback.stderr)
+    assert failback.returncode == 0, failback.stdout + failback.stderr
+    doc = json.loads(failback.stdout)
+    assert {(r["partition"], r["offset"]) for r in doc["start"]} == set(cut.items()) and doc["adopted_groups"] == [app]
+    assert group_offsets(box, "source", f"__replicator.{back}", topic, PARTITIONS) == cut
     outputs.append(run_cli("run", "--help", env={"REPLICATOR_TARGET__SASL_PASSWORD": "${file:/nonexistent}"}).stdout)
 
     # The secret grep: every output of this secure run, both log formats, the metrics page.
@@ -201,8 +258,9 @@ def test_each_missing_acl_stops_the_job_naming_it_with_nothing_written(box, uniq
     gone = next(a for a in full if (a.cluster, _kind(a), a.operation) ==
                 (removed.cluster, _kind(removed), removed.operation))
     # Without the group-sync set: its group patterns (`groups: .*` -> every group) would cover the
-    # job's own groups and hide the removal.
-    grant(box, [a for a in full if a != gone and a.feature != acls.GROUP_SYNC])
+    # job's own groups and hide the removal; without the promotion set: its Read on the marker topic
+    # implies the required Describe there.
+    grant(box, [a for a in full if a != gone and a.feature not in (acls.GROUP_SYNC, acls.PROMOTION)])
     code, output, seconds = start_failure(config, tmp_path / "run.log")
     assert code == 1, output
     assert seconds < BOUNDED_S
@@ -213,6 +271,37 @@ def test_each_missing_acl_stops_the_job_naming_it_with_nothing_written(box, uniq
     assert f" {gone.operation} {gone.resource_type} '{gone.resource_name}" in message, message
     nothing_written(box, topic, f"__replicator.{name}")
     assert_no_secrets(box, output, "the job's output")
+
+
+PROMOTING = [a for a in _EXAMPLE if a.feature == acls.PROMOTION]
+
+
+@pytest.mark.parametrize("removed", PROMOTING, ids=_case_id)
+def test_each_missing_promotion_acl_stops_the_command_naming_it(box, unique, tmp_path, removed):
+    """`failover` without Create or Write on the marker topic, `divergence` without Read: exit 1
+    naming permission, resource and principal; a refused failover leaves no promotion behind (so
+    `run` would still start; the check comes before any shard is fenced)."""
+    topic, name = f"sec-pro-{unique}", f"sec-pro-{unique}"
+    create_topic(box, "source", topic, PARTITIONS)
+    create_topic(box, "target", topic, PARTITIONS)
+    config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=1, groups=f"app-{unique}")
+    full = acl_set(config)
+    gone = next(a for a in full if a.feature == acls.PROMOTION and a.operation == removed.operation)
+    grant(box, [a for a in full if a != gone])
+    command = "divergence" if gone.operation == "Read" else "failover"
+    if command == "divergence":  # a failover by the same principal (allowed to write the marker) ran
+        over = run_cli("failover", "--config", str(config), timeout=BOUNDED_S)
+        assert over.returncode == 0, over.stdout + over.stderr
+    started = time.monotonic()
+    proc = run_cli(command, "--config", str(config), timeout=BOUNDED_S)
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 1 and time.monotonic() - started < BOUNDED_S, output
+    message = next((line for line in output.splitlines() if "does not allow" in line), "")
+    assert "the target cluster" in message and "writer" in message, output[-3000:]
+    assert f" {gone.operation} Topic '{promotion.marker_topic(name)}'" in message, message
+    if command == "failover":
+        assert not promotion.promoted(admin(box, "target"), name)
+    assert_no_secrets(box, output, f"{command}'s output")
 
 
 # -- bad credentials and certificates ------------------------------------------------------------

@@ -61,7 +61,9 @@ def _case_id(a: acls.Acl) -> str:
 _EXAMPLE = acls.acl_set(config_mod.load({"name": "n", "topics": "t", "groups": "app",
                                          "source_bootstrap_servers": "a:1", "target_bootstrap_servers": "b:1"},
                                         environ={}), READER, WRITER)
-OPTIONAL = [a for a in _EXAMPLE if a.feature != acls.REQUIRED]
+# The promotion ACLs serve `switchover`/`failover`/`divergence`, not the job: their removal cases are
+# in test_security.py (test_each_missing_promotion_acl_stops_the_command_naming_it).
+OPTIONAL = [a for a in _EXAMPLE if a.feature not in (acls.REQUIRED, acls.PROMOTION)]
 
 
 def _expected(a: acls.Acl) -> str | None:

@@ -71,5 +71,13 @@ def test_command_prints_kafka_acls_lines_and_json(tmp_path):
     assert "hunter2" not in out.output
     rows = json.loads(CliRunner().invoke(main, ["acls", "--config", str(cfg), "--format", "json",
                                                 "--without", "topic-creation", "--without", "config-sync",
-                                                "--without", "group-sync"]).output)
+                                                "--without", "group-sync", "--without", "promotion"]).output)
     assert {r["feature"] for r in rows} == {acls.REQUIRED} and len(rows) == 8
+
+
+def test_promotion_acls_are_the_marker_topic_on_the_target_only():
+    entries = [a for a in acls.acl_set(_cfg(topics="orders", name="dr"), "User:r", "User:w")
+               if a.feature == acls.PROMOTION]
+    got = {(a.cluster, a.principal, a.resource_type, a.pattern_type, a.resource_name, a.operation) for a in entries}
+    assert got == {
+        ("target", "User:w", "Topic", "LITERAL", "__replicator.dr.promoted", op) for op in ("Create", "Write", "Read")}
