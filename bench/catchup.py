@@ -24,6 +24,7 @@ class CatchUp:
     first_visible_s: float = 0.0  # launch -> first record written (start-up cost, not in the rate)
     measured_records: int = 0
     peak_rss_mb: float = 0.0
+    peak_pss_mb: float = 0.0
     error: str = ""
 
     def to_dict(self) -> dict:
@@ -72,6 +73,7 @@ def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp
     finally:
         tree.stop()
         result.peak_rss_mb = tree.peak_rss / 2**20
+        result.peak_pss_mb = tree.peak_pss / 2**20
 
 
 def _measure_reader(contender: Contender, job: Job, result: CatchUp, timeout: float) -> CatchUp:
@@ -87,6 +89,7 @@ def _measure_reader(contender: Contender, job: Job, result: CatchUp, timeout: fl
         tree.stop()
     parsed = parse_consumer_perf(tree.log.read_text(errors="replace"))
     result.peak_rss_mb = tree.peak_rss / 2**20
+    result.peak_pss_mb = tree.peak_pss / 2**20
     if tree.proc.returncode != 0 or parsed is None:
         result.error = f"exited {tree.proc.returncode}: {tree.tail(8)}"
         return result

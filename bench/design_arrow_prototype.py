@@ -14,7 +14,7 @@
   A Kafka error fails the task: the records it held are gone, so Spark's retry reads them again.
 
 Same clients as the engine (`kafka_clients.source_consumer` / `target_producer`), same Spark session
-settings (`job.spark_session`). Known gap, irrelevant to the measurement (non-transactional source):
+settings (`spark_session.spark_session`). Known gap, irrelevant to the measurement (non-transactional source):
 the writer only sees records, so a range ending in transaction markers commits the offset after its
 last record, not the planned end.
 """
@@ -47,7 +47,7 @@ from pyspark.sql.types import (
     StructType,
 )
 
-from replicator import config, job, kafka_clients, logs, transactional_ids
+from replicator import config, job, kafka_clients, logs, spark_session, transactional_ids
 from replicator.config import ReplicatorConfig
 from replicator.offsets import CommitMetadata, read_committed
 from replicator.replication_policy import policy_for
@@ -366,7 +366,7 @@ def main(argv: list[str] | None = None) -> int:
 
     signal.signal(signal.SIGTERM, request_stop)
     signal.signal(signal.SIGINT, request_stop)
-    spark = job.spark_session(cfg, scratch)
+    spark = spark_session.spark_session(cfg, scratch)
     failed = False
     try:
         spark.dataSource.register(ArrowPrototypeSource)

@@ -299,7 +299,7 @@ def report(runs: list[Run], sizes: list[tuple[int, int]], cmdline: str, load_wai
         f"Both: {SHARDS} shards, Spark `{MASTER}`, the engine's default transaction bounds (200,000 records "
         "/ 10 s) and admission control (1,000,000 records per micro-batch), the engine's clients "
         "(`kafka_clients.source_consumer` / `target_producer`: linger 20 ms, 1 MiB batches, acks=all, "
-        "idempotent, no compression) and Spark session settings (`job.spark_session`), commit metadata "
+        "idempotent, no compression) and Spark session settings (`spark_session.spark_session`), commit metadata "
         "with the last source→target offset pair. Each run has a fresh job name, fake group and target "
         "topic (`<name>.<topic>`, prefix policy), so every run copies everything.",
         "",

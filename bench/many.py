@@ -37,6 +37,7 @@ class Many:
     idle_cpu_pct: float = 0.0  # CPU of the process tree in the idle window, % of one core
     idle_peak_rss_mb: float = 0.0
     peak_rss_mb: float = 0.0  # launch to the end of the idle window
+    peak_pss_mb: float = 0.0
     counted: int = 0  # records the reader saw (== records, or duplicates/losses)
     error: str = ""
 
@@ -134,3 +135,4 @@ def measure(contender: Contender, job: Job, run: int, topics: int, idle_s: float
         counter.stop_flag.set()
         counter.join(15)
         result.peak_rss_mb = tree.peak_rss / 2**20
+        result.peak_pss_mb = tree.peak_pss / 2**20

@@ -6,11 +6,26 @@ import contextlib
 import os
 import signal
 import subprocess
+import time
 from pathlib import Path
 
 import psutil
 
 from bench import reaper
+
+PSS_INTERVAL_S = 1.0
+
+
+def _pss(pid: int) -> int:
+    """Bytes of proportional set size (/proc/PID/smaps_rollup), 0 for a process that is gone."""
+    try:
+        with open(f"/proc/{pid}/smaps_rollup") as f:
+            for line in f:
+                if line.startswith("Pss:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
 
 
 class Tree:
@@ -25,6 +40,11 @@ class Tree:
         reaper.watch(self.proc.pid)
         self.root = psutil.Process(self.proc.pid)
         self.peak_rss = 0
+        # Proportional set size: a page shared by N processes counts 1/N to each, so the tree's sum
+        # counts every page once. The RSS sum counts pages a forking parent shares with its children
+        # (Spark's Python daemon and its workers) once per process; a single JVM has no such pages.
+        self.peak_pss = 0
+        self._pss_at = 0.0
         self._dead_cpu: dict[int, float] = {}
 
     def members(self) -> list[psutil.Process]:
@@ -45,6 +65,10 @@ class Tree:
                 self._dead_cpu[p.pid] = t.user + t.system
                 rss += p.memory_info().rss
         self.peak_rss = max(self.peak_rss, rss)
+        now = time.monotonic()
+        if now - self._pss_at >= PSS_INTERVAL_S:  # reading smaps costs more than status: once a second
+            self._pss_at = now
+            self.peak_pss = max(self.peak_pss, sum(_pss(p.pid) for p in self.members()))
         return sum(self._dead_cpu.values()), rss
 
     def running(self) -> bool:

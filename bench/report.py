@@ -52,6 +52,11 @@ def paired_ratio(rows: list[dict], a: str, b: str, size: int) -> tuple[float | N
     return (statistics.median(ratios) if ratios else None), ratios
 
 
+def _median(xs) -> float | None:
+    xs = list(xs)
+    return statistics.median(xs) if xs else None
+
+
 def _fmt(x: float | None, spec: str = ".2f") -> str:
     return "n/a" if x is None or x != x else format(x, spec)  # x != x: NaN (not measured)
 
@@ -100,9 +105,10 @@ def tables(doc: dict) -> list[str]:
     for size in sorted({r["size"] for r in rows}, reverse=True):
         n = max(r["records"] for r in rows if r["size"] == size)
         out += [f"### Catch-up, {n:,} records x {size} B, {doc['partitions']} partitions", "",
-                "| contender | records/s | MB/s | CPU s/GB | peak RSS MiB | start-up to first record written s | "
+                "| contender | records/s | MB/s | CPU s/GB | peak RSS MiB | peak PSS MiB | "
+                "start-up to first record written s | "
                 "vs MM2 EOS | vs txn produce ceiling | vs parallel txn producers ceiling | index on / off | runs ok |",
-                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
+                "|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
         for k in ORDER:
             all_runs = [r for r in rows if r["contender"] == k and r["size"] == size]
             if not all_runs:
@@ -110,13 +116,14 @@ def tables(doc: dict) -> list[str]:
             ok = _ok(rows, k, size)
 
             def med(f: str, ok: list[dict] = ok) -> float | None:
-                return statistics.median(r[f] for r in ok) if ok else None
+                return _median(r[f] for r in ok if f in r)  # older results lack newer fields
             vs_mm2, _ = paired_ratio(rows, k, "mm2-eos", size)
             vs_txn, _ = paired_ratio(rows, k, "produce-txn", size)
             vs_par, _ = paired_ratio(rows, k, "produce-txn-parallel", size)
             index = paired_ratio(rows, k, INDEX_OFF[k], size)[0] if k in INDEX_OFF else None
             out.append(f"| {LABELS[k]} | {_fmt(med('records_per_s'), ',.0f')} | {_fmt(med('mb_per_s'), '.1f')} | "
                        f"{_fmt(med('cpu_s_per_gb'), '.1f')} | {_fmt(med('peak_rss_mb'), '.0f')} | "
+                       f"{_fmt(med('peak_pss_mb'), '.0f')} | "
                        f"{_fmt(med('first_visible_s'), '.1f')} | {_fmt(vs_mm2)} | {_fmt(vs_txn)} | {_fmt(vs_par)} | "
                        f"{'' if k not in INDEX_OFF else _fmt(index, '.3f')} | {len(ok)}/{len(all_runs)} |")
         out.append("")
@@ -222,14 +229,15 @@ def steady_tables(doc: dict) -> list[str]:
     if not doc["restart"]:
         return out
     out += ["### Restart (SIGKILL of the whole process tree under load -> first new committed record "
-            "on the target)", "", "| contender | restart s (median) | runs | peak RSS MiB (steady + restart) |",
-            "|---|---:|---|---:|"]
+            "on the target)", "", "| contender | restart s (median) | runs | peak RSS MiB (steady + restart) | "
+            "peak PSS MiB |", "|---|---:|---|---:|---:|"]
     for k in [k for k in ORDER if any(r["contender"] == k for r in doc["restart"])]:
         xs = [r for r in doc["restart"] if r["contender"] == k]
         ok = [r["restart_s"] for r in xs if "restart_s" in r]
         out.append(f"| {LABELS[k]} | {_fmt(statistics.median(ok) if ok else None, '.1f')} | "
                    f"{', '.join(f'{x:.1f}' for x in ok)} ({len(ok)}/{len(xs)} ok) | "
-                   f"{max(r.get('peak_rss_mb', 0) for r in xs):.0f} |")
+                   f"{max(r.get('peak_rss_mb', 0) for r in xs):.0f} | "
+                   f"{_fmt(max((r.get('peak_pss_mb', 0) for r in xs), default=None) or None, '.0f')} |")
     out.append("")
     return out
 
@@ -243,19 +251,20 @@ def many_tables(doc: dict) -> list[str]:
         out += [f"### Many partitions: {shape[0]} topics x {shape[1]} partitions ({shape[0] * shape[1]:,} "
                 f"partitions), {total:,} records x {size} B", "",
                 "| contender | launch -> all visible s | vs MM2 EOS | idle CPU % of a core | idle peak RSS MiB | "
-                "peak RSS MiB | runs ok |", "|---|---:|---:|---:|---:|---:|---:|"]
+                "peak RSS MiB | peak PSS MiB | runs ok |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
         for k in [k for k in ORDER if any(r["contender"] == k for r in xs)]:
             ok = [r for r in xs if r["contender"] == k and r["ok"]]
             n = sum(r["contender"] == k for r in xs)
 
             def med(f: str, ok: list[dict] = ok) -> float | None:
-                return statistics.median(r[f] for r in ok) if ok else None
+                return _median(r[f] for r in ok if f in r)  # older results lack newer fields
             mm2 = {r["run"]: r["visible_s"] for r in xs if r["contender"] == "mm2-eos" and r["ok"]}
             ratios = [mm2[r["run"]] / r["visible_s"] for r in ok if r["run"] in mm2 and r["visible_s"] > 0]
             errors = "; ".join(r["error"][:120] for r in xs if r["contender"] == k and not r["ok"])
             out.append(f"| {LABELS[k]} | {_fmt(med('visible_s'), '.1f')} | "
                        f"{_fmt(statistics.median(ratios) if ratios else None)} | {_fmt(med('idle_cpu_pct'), '.1f')} | "
                        f"{_fmt(med('idle_peak_rss_mb'), '.0f')} | {_fmt(med('peak_rss_mb'), '.0f')} | "
+                       f"{_fmt(med('peak_pss_mb'), '.0f')} | "
                        f"{len(ok)}/{n}{' (' + errors + ')' if errors else ''} |")
         out += ["", "\"vs MM2 EOS\" here is MM2's time to all visible / ours, per run (> 1: we are sooner).", ""]
         out += [f"Set-up failed: {e['error'][:300]}\n" for e in xs if e["contender"] not in LABELS]

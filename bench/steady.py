@@ -148,6 +148,7 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
         for t in trees:
             t.stop()
         restart["peak_rss_mb"] = max(t.peak_rss for t in trees) / 2**20
+        restart["peak_pss_mb"] = max(t.peak_pss for t in trees) / 2**20
         watcher.join(10)
 
 

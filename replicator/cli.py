@@ -175,7 +175,7 @@ def crash_traces() -> None:
 @click.option("--master", help="Spark master URL (default local[cores,4]: local with task retries).")
 @click.option("--shards", type=str, help="Transactional shards (default: number of cores).")
 @click.option("--batch-duration-seconds", type=str,
-              help="How long a shard task copies before the next micro-batch re-plans (default 30).")
+              help="How long a shard task copies before the next micro-batch re-plans (default 300).")
 @click.option("--commit-interval-ms", type=str,
               help="Commit a transaction this long after it began once the source is drained (default 50).")
 @click.option("--max-records-per-transaction", type=str, help="Bound of one target transaction.")

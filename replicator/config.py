@@ -68,7 +68,7 @@ class ReplicatorConfig:
     shards: int = 0
     master: str = ""
     guarantee: str = "exactly-once"
-    batch_duration_seconds: float = 30.0
+    batch_duration_seconds: float = 300.0
     commit_interval_ms: int = 50
     max_records_per_transaction: int = 200_000
     max_transaction_seconds: float = 10.0

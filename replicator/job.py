@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import logging
-import os
 import shutil
 import signal
-import sys
 import tempfile
 import threading
 import time
@@ -23,6 +21,7 @@ from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.lag import partition_lags
 from replicator.offsets import read_group
+from replicator.spark_session import spark_session
 from replicator.task_control import ControlServer
 
 log = logging.getLogger("replicator.job")
@@ -178,32 +177,6 @@ def fence_current_layout(cfg: ReplicatorConfig) -> None:
     """At exit: abort whatever an interrupted task left open now, not at the transaction timeout."""
     if cfg.exactly_once:
         transactional_ids.fence(cfg, [transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)])
-
-
-def spark_session(cfg: ReplicatorConfig, scratch: Path):
-    os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
-    os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
-    from pyspark.sql import SparkSession
-
-    builder = (SparkSession.builder.appName(f"replicator-{cfg.name}").master(cfg.spark_master)
-               .config("spark.ui.enabled", "false")
-               .config("spark.ui.showConsoleProgress", "false")
-               .config("spark.sql.shuffle.partitions", "1")
-               .config("spark.local.dir", str(scratch / "spark-local"))
-               .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-               .config("spark.python.worker.reuse", "true")
-               .config("spark.task.maxFailures", "4")
-               .config("spark.speculation", "false")
-               # The job config travels as this data source option; plans and progress dumps show "***".
-               .config("spark.sql.redaction.options.regex", "(?i)url|^config$")
-               .config("spark.driver.memory", "1g")
-               .config("spark.sql.warehouse.dir", str(scratch / "warehouse"))
-               .config("spark.driver.extraJavaOptions", f"-Dderby.system.home={scratch}"))
-    for k, v in cfg.spark.items():
-        builder = builder.config(k, v)
-    spark = builder.getOrCreate()
-    spark.sparkContext.setLogLevel("ERROR")
-    return spark
 
 
 class Replicator:

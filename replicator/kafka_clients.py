@@ -52,7 +52,10 @@ def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
 def source_consumer(cfg: ReplicatorConfig) -> Consumer:
     """Reads assigned ranges only; never subscribes and never commits on the source."""
     return Consumer(with_logging({
-        "fetch.wait.max.ms": 100,
+        # How long the broker holds a fetch that has nothing to return: arriving data (or a source
+        # commit moving the last stable offset) answers it at once, so a shorter wait adds no latency,
+        # only idle fetches (CPU on both sides, per partition: issue 13's many-partitions shape).
+        "fetch.wait.max.ms": 500,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
         # What a shard needs to keep its producer busy; more only adds resident memory (issue 13).

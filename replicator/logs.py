@@ -7,6 +7,7 @@ import logging
 import re
 import sys
 import time
+import warnings
 
 _STANDARD = set(logging.LogRecord("", 0, "", 0, "", None, None).__dict__) | {"message", "asctime"}
 
@@ -39,6 +40,10 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     root.setLevel(level)
     for noisy in ("py4j", "pyspark", "kafka"):  # kafka: kafka-python (verify, transaction listing)
         logging.getLogger(noisy).setLevel(logging.WARNING)
+    # Libraries' warnings go through the same handler (logger "py.warnings"), not raw onto stderr.
+    logging.captureWarnings(True)
+    # PySpark checks the pandas version at start-up although no pandas code runs here.
+    warnings.filterwarnings("ignore", message="PySpark does not yet fully support pandas", category=FutureWarning)
 
 
 class RepeatFilter(logging.Filter):
