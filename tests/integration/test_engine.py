@@ -62,7 +62,8 @@ def test_fidelity_aborted_transactions_and_idle_lag_zero(sandbox, unique, logs):
             next_record_view(sandbox.target.bootstrap, topic, p, at[p]) ==
             next_record_view(sandbox.source.bootstrap, topic, p, x) for p, x in ((0, 2_500), (1, 9_000)))
 
-    with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2", env=env) as job:
+    with ReplicatorProcess(sandbox, topic, name, logs / "job.log", "--shards", "2",
+                           "--batch-duration-seconds", "5", env=env) as job:
         wait_until(caught_up(sandbox, topic, f"__replicator.{name}"), 240, "catch-up", job)
         wait_until(app_synced, 120, "the group sync of the running job", job, interval=3)
         # Each shard task re-commits its own idle partitions: together, all four.

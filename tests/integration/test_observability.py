@@ -224,7 +224,9 @@ def test_prometheus_sees_exact_lag_and_throughput(sandbox, prometheus, unique, t
     assert lag_cli(sandbox, topic, name, "--max-lag", str(total)).returncode == 0
 
     # -- run 2: catches up; lag returns to 0 and the counters add up to what was copied -----------------
-    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run2.log", "--shards", "2", env=JOB_ENV) as job:
+    # Short batches: the micro-batch panels need batches that end while the test watches (300 s by default).
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run2.log", "--shards", "2", "--batch-duration-seconds",
+                           "5", env=JOB_ENV) as job:
         port2 = metrics_port(job)
         instance2 = f"127.0.0.1:{port2}"
         sel2 = f'{{instance="{instance2}"}}'
