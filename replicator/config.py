@@ -101,6 +101,8 @@ class ReplicatorConfig:
     source: Mapping[str, str] = field(default_factory=dict)
     target: Mapping[str, str] = field(default_factory=dict)
     spark: Mapping[str, str] = field(default_factory=dict)
+    # Where the driver JVM's class-data archive is kept between runs (faster start-up); "off": none.
+    spark_class_cache: str = "~/.cache/replicator"
 
     @property
     def group(self) -> str:
@@ -303,6 +305,13 @@ def _spark_conf(key: str, value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _class_cache(key: str, value: Any) -> str:
+    text = str(value).strip()
+    if text != "off" and not (text.startswith("/") or text.startswith("~")):
+        raise ConfigError(key, "expected an absolute directory (or ~/...) or 'off'")
+    return text
+
+
 _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "source_bootstrap_servers": _bootstrap,
     "target_bootstrap_servers": _bootstrap,
@@ -343,6 +352,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "source": _client_props("source"),
     "target": _client_props("target"),
     "spark": _spark_conf,
+    "spark_class_cache": _class_cache,
 }
 OPTIONS = tuple(_VALIDATORS)
 

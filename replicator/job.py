@@ -16,6 +16,7 @@ from confluent_kafka import KafkaException
 from pyspark.errors import StreamingQueryException
 
 from replicator import kafka_clients, permissions, topic_sync, transactional_ids
+from replicator import spark_session as session
 from replicator.config import ReplicatorConfig
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
@@ -360,7 +361,7 @@ class Replicator:
         for o in self.observers:
             o.on_stop()
         try:
-            spark.stop()
+            session.stop(spark)
         except Exception as e:  # noqa: BLE001 - shutdown continues whatever Spark says
             log.warning("spark stop: %s", e)
         # Whatever an interrupted task left open is aborted now, not at the transaction timeout.

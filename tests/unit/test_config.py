@@ -32,6 +32,7 @@ INVALID = [
     ("spark master scheme", {"master": "foo://x"}, "master", "Spark master URL"),
     ("guarantee", {"guarantee": "maybe-once"}, "guarantee", "exactly-once, at-least-once"),
     ("batch duration zero", {"batch_duration_seconds": "0"}, "batch_duration_seconds", "positive"),
+    ("class cache relative", {"spark_class_cache": "cache"}, "spark_class_cache", "absolute directory"),
     ("commit interval zero", {"commit_interval_ms": "0"}, "commit_interval_ms", "between 1 and 60000"),
     ("transaction records negative", {"max_records_per_transaction": "-5"}, "max_records_per_transaction", ">= 1"),
     ("transaction seconds zero", {"max_transaction_seconds": "0"}, "max_transaction_seconds", "positive"),

@@ -1,0 +1,60 @@
+"""Faster restarts: the first clean stop records the driver JVM's class-data archive, and the next
+start maps it (half the JVM's start-up CPU, replicator.spark_session), replicating as before."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import psutil
+
+from tests.engine_checks import caught_up
+from tests.kafka_helpers import assert_identical, create_topic, produce_transactional
+from tests.replicator_process import ReplicatorProcess, wait_until
+
+PARTITIONS = 2
+
+
+def _spark_jvm(job: ReplicatorProcess) -> psutil.Process:
+    jvms = [p for p in psutil.Process(job.pid).children(recursive=True) if p.name() == "java"]
+    assert len(jvms) == 1, jvms
+    return jvms[0]
+
+
+def _maps(proc: psutil.Process, path: Path) -> bool:
+    return str(path) in Path(f"/proc/{proc.pid}/maps").read_text()
+
+
+def _records(start: int, n: int) -> list[tuple]:
+    return [(i % PARTITIONS, f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")], 1_700_000_000_000 + i)
+            for i in range(start, start + n)]
+
+
+def test_first_clean_stop_records_the_archive_and_the_next_start_uses_it(sandbox, unique, tmp_path):
+    topic, name, cache = f"cds-{unique}", f"cds-{unique}", tmp_path / "cache"
+    create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
+    env = {"REPLICATOR_SPARK_CLASS_CACHE": str(cache)}
+    produce_transactional(sandbox.source.bootstrap, topic, _records(0, 500), f"cds-w-{unique}")
+
+    done = caught_up(sandbox, topic, f"__replicator.{name}", PARTITIONS)
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", env=env) as job:
+        wait_until(done, 240, "run 1 to copy", job)
+        jvm = _spark_jvm(job)
+        assert not list(cache.glob("*.jsa")), "no archive before the first clean stop"
+        assert job.sigterm(timeout=300) == 0  # the JVM writes the archive as it exits
+    archives = list(cache.glob("*.jsa"))
+    assert len(archives) == 1 and archives[0].stat().st_size > 10 * 2**20, archives
+    assert not list(cache.glob("*.tmp")), "the archive is published by rename, nothing half-written stays"
+    assert not jvm.is_running(), "the JVM exited with the job"
+    assert "recorded the Spark class-data archive" in job.log()
+    written = archives[0].stat().st_mtime
+
+    produce_transactional(sandbox.source.bootstrap, topic, _records(500, 500), f"cds-w-{unique}")
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run2.log", env=env) as job:
+        wait_until(lambda: bool(psutil.Process(job.pid).children(recursive=True)), 60, "the Spark JVM", job)
+        time.sleep(2)
+        assert _maps(_spark_jvm(job), archives[0]), "the restarted JVM maps the recorded archive"
+        wait_until(done, 240, "run 2 to copy the new records", job)
+        assert job.sigterm() == 0
+    assert archives[0].stat().st_mtime == written, "an archive in use is not rewritten"
+    assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)

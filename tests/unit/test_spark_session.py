@@ -1,0 +1,47 @@
+"""The Spark session's pure parts: where the class-data archive lives, and Spark's log format."""
+
+from __future__ import annotations
+
+import os
+import re
+
+from replicator import spark_session
+from replicator.config import ReplicatorConfig
+
+
+def test_class_cache_off_means_no_archive():
+    assert spark_session.class_archive(ReplicatorConfig(spark_class_cache="off")) is None
+
+
+def test_archive_named_for_this_jvm_and_spark_and_stale_recordings_removed(tmp_path):
+    cfg = ReplicatorConfig(spark_class_cache=str(tmp_path / "cache"))
+    archive = spark_session.class_archive(cfg)
+    assert archive is not None and archive.parent == tmp_path / "cache" and archive.suffix == ".jsa"
+    assert re.fullmatch(r"spark-[\w.]+-[0-9a-f]{12}\.jsa", archive.name)
+    dead = archive.with_name(f"{archive.name}.999999999.tmp")  # no such pid
+    live = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
+    dead.write_bytes(b"x")
+    live.write_bytes(b"x")
+    assert spark_session.class_archive(cfg) == archive
+    assert not dead.exists() and live.exists(), "only a recording whose process is gone is removed"
+
+
+def test_an_archive_in_a_read_only_folder_is_used(tmp_path):
+    cfg = ReplicatorConfig(spark_class_cache=str(tmp_path))
+    archive = spark_session.class_archive(cfg)
+    archive.write_bytes(b"archive")
+    tmp_path.chmod(0o555)
+    try:
+        assert spark_session.class_archive(cfg) == archive
+    finally:
+        tmp_path.chmod(0o755)
+
+
+def test_spark_logs_one_json_object_per_line_in_json_mode():
+    props = dict(line.split(" = ", 1) for line in spark_session.log4j2_properties("json").splitlines() if line)
+    pattern = props["appender.console.layout.pattern"]
+    assert pattern.startswith('{"ts":') and pattern.endswith("}%n")
+    assert props["appender.console.layout.alwaysWriteExceptions"] == "false"
+    assert props["rootLogger.level"] == "error"
+    text = dict(line.split(" = ", 1) for line in spark_session.log4j2_properties("text").splitlines() if line)
+    assert text["appender.console.layout.pattern"] == "%d{HH:mm:ss} %p %c: %m%n"
