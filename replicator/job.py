@@ -290,6 +290,7 @@ class Replicator:
         source, target = kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg)
         reader = kafka_clients.group_reader(self.cfg)
         next_progress, last_records = time.monotonic() + PROGRESS_INTERVAL_S, 0
+        next_config_sync = time.monotonic() + self.cfg.refresh_topics_interval_seconds
         while self.query.isActive:
             if self.stop_requested.is_set():
                 self._stop_query()
@@ -311,6 +312,7 @@ class Replicator:
                         # New topics and partitions join at a batch boundary: make one now.
                         self.stats.end_running_batches()
                     self.mappings = mappings
+                    next_config_sync = self._sync_configs(source, target, next_config_sync)
                     lags = partition_lags(self.cfg, source, target, self.mappings, reader)
                     lag = sum(x.records for x in lags)
                 except KafkaException as e:
@@ -331,6 +333,18 @@ class Replicator:
             if any(marker in cause for marker in TRANSIENT_QUERY_FAILURES):
                 raise TransientQueryFailure(f"the streaming query failed: {cause}")
             raise RuntimeFailure(f"the streaming query failed: {cause}")
+
+    def _sync_configs(self, source, target, due: float) -> float:
+        """Source topic config changes reach the target every refresh_topics_interval_seconds, while
+        shard tasks run (for minutes: the planner only runs between batches); returns when the next
+        sync is due."""
+        if not self.cfg.sync_topic_configs or time.monotonic() < due:
+            return due
+        try:
+            topic_sync.sync_configs(self.cfg, source, target, self.mappings)
+        except KafkaException as e:  # drift is retried at the next sync; records keep flowing
+            log.warning("topic config sync failed: %s", e.args[0].str())
+        return time.monotonic() + self.cfg.refresh_topics_interval_seconds
 
     def _promoted(self, target) -> bool:
         try:

@@ -103,12 +103,8 @@ class ReplicationPlanner(DataSourceStreamReader):
         found, skipped = topic_sync.selection(self.cfg, source)
         for gone in sorted(set(self._topics) - set(found)):
             self._forget(gone, skipped.get(gone))
+        # Config drift is the driver's to sync (job._sync_configs): it runs while batches do.
         mappings = topic_sync.ensure_target_topics(self.cfg, source, target, found)
-        if self.cfg.sync_topic_configs:
-            try:
-                topic_sync.sync_configs(self.cfg, source, target, mappings)
-            except KafkaException as e:  # drift is retried at the next refresh; records keep flowing
-                log.warning("topic config sync failed: %s", e.args[0].str())
         self._topics = {m.source: (m.target, m.partitions) for m in mappings}
         self._refreshed = time.monotonic()
 

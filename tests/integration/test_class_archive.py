@@ -38,7 +38,7 @@ def test_first_clean_stop_records_the_archive_and_the_next_start_uses_it(sandbox
 
     done = caught_up(sandbox, topic, f"__replicator.{name}", PARTITIONS)
     with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", env=env) as job:
-        wait_until(done, 240, "run 1 to copy", job)
+        wait_until(done, 400, "run 1 to copy", job)
         jvm = _spark_jvm(job)
         assert not list(cache.glob("*.jsa")), "no archive before the first clean stop"
         assert job.sigterm(timeout=300) == 0  # the JVM writes the archive as it exits
@@ -54,7 +54,7 @@ def test_first_clean_stop_records_the_archive_and_the_next_start_uses_it(sandbox
         wait_until(lambda: bool(psutil.Process(job.pid).children(recursive=True)), 60, "the Spark JVM", job)
         time.sleep(2)
         assert _maps(_spark_jvm(job), archives[0]), "the restarted JVM maps the recorded archive"
-        wait_until(done, 240, "run 2 to copy the new records", job)
+        wait_until(done, 400, "run 2 to copy the new records", job)
         assert job.sigterm() == 0
     assert archives[0].stat().st_mtime == written, "an archive in use is not rewritten"
     assert_identical(sandbox.source.bootstrap, sandbox.target.bootstrap, topic, PARTITIONS)
