@@ -15,6 +15,7 @@ import hashlib
 import logging
 import os
 import shutil
+import subprocess
 import sys
 from pathlib import Path
 
@@ -29,7 +30,9 @@ _DRIVER_MEMORY = "512m"
 _JVM_OPTIONS = "-XX:+UseSerialGC -Xms32m -XX:ReservedCodeCacheSize=64m"
 
 _ARCHIVE_LOGS = "-Xlog:cds*=off -Xlog:class+path=off"  # "skipping signed JAR" and mismatch notes
-_ARCHIVE_WRITE_S = 120.0
+# A clean stop waits this long at most for the JVM to write the archive (a few seconds on an idle
+# machine, minutes on an overloaded one); then the JVM is killed and the next clean stop tries again.
+_ARCHIVE_WRITE_S = 30.0
 
 # (archive being written, where it is published) of this process's session, if it records one.
 _recording: tuple[Path, Path] | None = None
@@ -199,8 +202,12 @@ def stop(spark) -> None:
     proc.stdin.close()  # the gateway JVM exits on EOF of its stdin
     try:
         code = proc.wait(_ARCHIVE_WRITE_S)
-    except Exception:  # noqa: BLE001 - a JVM that does not exit in time keeps the old behaviour
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
         code = None
+        log.info("the Spark class-data archive was not recorded: the JVM needed more than %.0f s to write it; "
+                 "the next clean stop tries again", _ARCHIVE_WRITE_S, extra={"event": "class_archive_skipped"})
     if code == 0 and pending.is_file() and pending.stat().st_size > 0:
         os.replace(pending, archive)
         log.info("recorded the Spark class-data archive %s: later starts load Spark faster", archive,
