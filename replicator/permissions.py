@@ -8,6 +8,7 @@ The ACL names match `replicator.acls` (the one written-down set); the broker is 
 
 from __future__ import annotations
 
+import concurrent.futures
 import dataclasses
 import logging
 import time
@@ -157,18 +158,36 @@ _COORDINATOR_BUSY = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDIN
                      KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT)
 
 
+# How long one DescribeGroups is waited for before the overall deadline is checked again.
+GROUP_DESCRIBE_WAIT_S = 30.0
+# librdkafka 2.16 aborts the whole process (`rd_kafka_enq_once_del_source_return: Assertion
+# 'eonce->refcnt > 0'`) once an admin request to a group coordinator has timed out inside librdkafka:
+# the late coordinator answer releases the request a second time. A fresh cluster creating
+# __consumer_offsets under load made that routine at start-up (RELIABILITY.md). So librdkafka is
+# never given a timeout that can expire; the wait is bounded here, on the future, and a request
+# still pending at the deadline completes (or fails) normally inside librdkafka later.
+_NO_LIBRDKAFKA_TIMEOUT_S = 3600.0
+
+
 def _describe_group(admin: AdminClient, group: str, timeout: float = 60.0):
     """DescribeGroups with its authorized operations; a coordinator still loading (a fresh cluster's
     __consumer_offsets) is waited for."""
     deadline = time.monotonic() + timeout
     while True:
-        fut = admin.describe_consumer_groups([group], include_authorized_operations=True, request_timeout=30)[group]
-        try:
-            return fut.result()
-        except KafkaException as e:
-            if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
-                raise
-            time.sleep(0.5)
+        fut = admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                             request_timeout=_NO_LIBRDKAFKA_TIMEOUT_S)[group]
+        while True:
+            try:
+                return fut.result(timeout=max(0.01, min(GROUP_DESCRIBE_WAIT_S, deadline - time.monotonic())))
+            except concurrent.futures.TimeoutError:
+                if time.monotonic() >= deadline:
+                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                                    f"describing group {group!r}: no answer in {timeout:g}s")) from None
+            except KafkaException as e:
+                if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
+                break  # a coordinator error ended this request: ask again
 
 
 def check_promotion_marker(cfg: ReplicatorConfig, target: AdminClient) -> None:
