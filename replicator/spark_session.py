@@ -32,7 +32,7 @@ _JVM_OPTIONS = "-XX:+UseSerialGC -Xms32m -XX:ReservedCodeCacheSize=64m"
 _ARCHIVE_LOGS = "-Xlog:cds*=off -Xlog:class+path=off"  # "skipping signed JAR" and mismatch notes
 # A clean stop waits this long at most for the JVM to write the archive (a few seconds on an idle
 # machine, minutes on an overloaded one); then the JVM is killed and the next clean stop tries again.
-_ARCHIVE_WRITE_S = 30.0
+_ARCHIVE_WRITE_S = 60.0
 
 # (archive being written, where it is published) of this process's session, if it records one.
 _recording: tuple[Path, Path] | None = None
