@@ -158,14 +158,16 @@ _COORDINATOR_BUSY = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDIN
                      KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT)
 
 
-# How long one DescribeGroups is waited for before the overall deadline is checked again.
-GROUP_DESCRIBE_WAIT_S = 30.0
+# How long one DescribeGroups is waited for before another one is sent (the earlier stays pending).
+GROUP_DESCRIBE_WAIT_S = 5.0
 # librdkafka 2.16 aborts the whole process (`rd_kafka_enq_once_del_source_return: Assertion
 # 'eonce->refcnt > 0'`) once an admin request to a group coordinator has timed out inside librdkafka:
 # the late coordinator answer releases the request a second time. A fresh cluster creating
 # __consumer_offsets under load made that routine at start-up (RELIABILITY.md). So librdkafka is
-# never given a timeout that can expire; the wait is bounded here, on the future, and a request
-# still pending at the deadline completes (or fails) normally inside librdkafka later.
+# never given a timeout that can expire. A request can also stay stuck in librdkafka's coordinator
+# lookup (seen on a fresh three-broker cluster: no answer in 60 s), which the old 30 s timeout used
+# to end: instead, after GROUP_DESCRIBE_WAIT_S another request is sent and the first answer of any
+# of them counts; the others complete (or fail) inside librdkafka later.
 _NO_LIBRDKAFKA_TIMEOUT_S = 3600.0
 
 
@@ -173,21 +175,31 @@ def _describe_group(admin: AdminClient, group: str, timeout: float = 60.0):
     """DescribeGroups with its authorized operations; a coordinator still loading (a fresh cluster's
     __consumer_offsets) is waited for."""
     deadline = time.monotonic() + timeout
+    pending: set[concurrent.futures.Future] = set()
+    ask = True
     while True:
-        fut = admin.describe_consumer_groups([group], include_authorized_operations=True,
-                                             request_timeout=_NO_LIBRDKAFKA_TIMEOUT_S)[group]
-        while True:
+        if ask:
+            pending.add(admin.describe_consumer_groups([group], include_authorized_operations=True,
+                                                       request_timeout=_NO_LIBRDKAFKA_TIMEOUT_S)[group])
+        left = deadline - time.monotonic()
+        if left <= 0:
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
+                                            f"describing group {group!r}: no answer in {timeout:g}s"))
+        done, pending = concurrent.futures.wait(pending, timeout=min(GROUP_DESCRIBE_WAIT_S, left),
+                                                return_when=concurrent.futures.FIRST_COMPLETED)
+        busy = None
+        for fut in done:
             try:
-                return fut.result(timeout=max(0.01, min(GROUP_DESCRIBE_WAIT_S, deadline - time.monotonic())))
-            except concurrent.futures.TimeoutError:
-                if time.monotonic() >= deadline:
-                    raise KafkaException(KafkaError(KafkaError._TIMED_OUT,
-                                                    f"describing group {group!r}: no answer in {timeout:g}s")) from None
+                return fut.result()
             except KafkaException as e:
-                if e.args[0].code() not in _COORDINATOR_BUSY or time.monotonic() > deadline:
+                if e.args[0].code() not in _COORDINATOR_BUSY:
                     raise
-                time.sleep(0.5)
-                break  # a coordinator error ended this request: ask again
+                busy = e
+        if busy is not None:
+            if time.monotonic() > deadline:
+                raise busy
+            time.sleep(0.5)
+        ask = not pending or busy is not None or not done
 
 
 def check_promotion_marker(cfg: ReplicatorConfig, target: AdminClient) -> None:
