@@ -200,9 +200,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
-    """A deployed job has recorded its Spark class-data archive at its first clean stop (see
-    replicator.spark_session); the measured launches are killed, never stopped cleanly, so one
-    warm-up run that stops cleanly records it first, unless it exists."""
+    """A deployed job maps a Spark class-data archive recorded once (see replicator.spark_session);
+    one warm-up run asked to record it and stopped cleanly makes it, unless it exists."""
     from replicator import spark_session
     from replicator.config import ReplicatorConfig
 
@@ -213,7 +212,7 @@ def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
     cmd = [str(Path(sys.executable).with_name("replicator")), "run", "--source-bootstrap-servers",
            box.source.bootstrap, "--target-bootstrap-servers", box.target.bootstrap, "--topics",
            f"warmup-{stamp}", "--name", f"bench-warmup-{stamp}", "--metrics-port", "0"]
-    tree = Tree(cmd, log)
+    tree = Tree(cmd, log, env={"REPLICATOR_SPARK_CLASS_CACHE_RECORD": "true"})
     deadline = time.monotonic() + 300
     while time.monotonic() < deadline and tree.running() and "progress:" not in log.read_text(errors="replace"):
         time.sleep(1)

@@ -103,6 +103,9 @@ class ReplicatorConfig:
     spark: Mapping[str, str] = field(default_factory=dict)
     # Where the driver JVM's class-data archive is kept between runs (faster start-up); "off": none.
     spark_class_cache: str = "~/.cache/replicator"
+    # Record the archive at this run's clean stop when there is none (the stop then waits for the JVM
+    # to write it: seconds on an idle machine, minutes on a loaded one), e.g. once at image build.
+    spark_class_cache_record: bool = False
 
     @property
     def group(self) -> str:
@@ -353,6 +356,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "target": _client_props("target"),
     "spark": _spark_conf,
     "spark_class_cache": _class_cache,
+    "spark_class_cache_record": _boolean,
 }
 OPTIONS = tuple(_VALIDATORS)
 

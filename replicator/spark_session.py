@@ -3,9 +3,11 @@ Spark's own log lines in the job's log format instead of log4j's default profile
 
 Start-up (a restart is a recovery point) is mostly the driver JVM loading and verifying Spark's
 classes: ~14-16 s of CPU. A class-data archive (AppCDS, JEP 350) of what a run loaded halves that.
-The archive is written by the JVM when it exits, so a run without one records it and publishes it
-only after a clean stop (`stop`), under a name that changes with the JVM and the Spark version; a
-missing, foreign or damaged archive is ignored by the JVM.
+The archive is written by the JVM when it exits, which takes seconds to minutes, so recording is
+asked for (`spark_class_cache_record`: a first run, an image build, the bench's warm-up) and the
+archive is published only after that run's clean stop (`stop`), under a name that changes with the
+JVM, the Spark version and SPARK_HOME; every later run maps it. A missing, foreign or damaged
+archive is ignored by the JVM.
 """
 
 from __future__ import annotations
@@ -30,9 +32,9 @@ _DRIVER_MEMORY = "512m"
 _JVM_OPTIONS = "-XX:+UseSerialGC -Xms32m -XX:ReservedCodeCacheSize=64m"
 
 _ARCHIVE_LOGS = "-Xlog:cds*=off -Xlog:class+path=off"  # "skipping signed JAR" and mismatch notes
-# A clean stop waits this long at most for the JVM to write the archive (a few seconds on an idle
-# machine, minutes on an overloaded one); then the JVM is killed and the next clean stop tries again.
-_ARCHIVE_WRITE_S = 60.0
+# A clean stop of a recording run waits this long at most for the JVM to write the archive (seconds
+# on an idle machine, minutes on an overloaded one); then the JVM is killed and nothing is published.
+_ARCHIVE_WRITE_S = 240.0
 
 # (archive being written, where it is published) of this process's session, if it records one.
 _recording: tuple[Path, Path] | None = None
@@ -82,7 +84,7 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path):
     if archive is not None:
         if archive.is_file():
             java_options += f" -XX:SharedArchiveFile={archive} {_ARCHIVE_LOGS}"
-        else:
+        elif cfg.spark_class_cache_record:
             pending = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
             java_options += f" -XX:ArchiveClassesAtExit={pending} {_ARCHIVE_LOGS}"
     user = dict(cfg.spark)
@@ -206,8 +208,8 @@ def stop(spark) -> None:
         proc.kill()
         proc.wait()
         code = None
-        log.info("the Spark class-data archive was not recorded: the JVM needed more than %.0f s to write it; "
-                 "the next clean stop tries again", _ARCHIVE_WRITE_S, extra={"event": "class_archive_skipped"})
+        log.info("the Spark class-data archive was not recorded: the JVM needed more than %.0f s to write it, "
+                 "nothing was published", _ARCHIVE_WRITE_S, extra={"event": "class_archive_skipped"})
     if code == 0 and pending.is_file() and pending.stat().st_size > 0:
         os.replace(pending, archive)
         log.info("recorded the Spark class-data archive %s: later starts load Spark faster", archive,

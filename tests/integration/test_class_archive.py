@@ -1,5 +1,6 @@
-"""Faster restarts: the first clean stop records the driver JVM's class-data archive, and the next
-start maps it (half the JVM's start-up CPU, replicator.spark_session), replicating as before."""
+"""Faster restarts: a run asked to record the driver JVM's class-data archive publishes it at its
+clean stop, and the next start maps it (half the JVM's start-up CPU, replicator.spark_session),
+replicating as before."""
 
 from __future__ import annotations
 
@@ -30,17 +31,18 @@ def _records(start: int, n: int) -> list[tuple]:
             for i in range(start, start + n)]
 
 
-def test_first_clean_stop_records_the_archive_and_the_next_start_uses_it(sandbox, unique, tmp_path):
+def test_a_recording_run_publishes_the_archive_and_the_next_start_uses_it(sandbox, unique, tmp_path):
     topic, name, cache = f"cds-{unique}", f"cds-{unique}", tmp_path / "cache"
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
     env = {"REPLICATOR_SPARK_CLASS_CACHE": str(cache)}
+    record = {**env, "REPLICATOR_SPARK_CLASS_CACHE_RECORD": "true"}
     produce_transactional(sandbox.source.bootstrap, topic, _records(0, 500), f"cds-w-{unique}")
 
     done = caught_up(sandbox, topic, f"__replicator.{name}", PARTITIONS)
-    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", env=env) as job:
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "run1.log", env=record) as job:
         wait_until(done, 400, "run 1 to copy", job)
         jvm = _spark_jvm(job)
-        assert not list(cache.glob("*.jsa")), "no archive before the first clean stop"
+        assert not list(cache.glob("*.jsa")), "no archive before the clean stop"
         assert job.sigterm(timeout=300) == 0  # the JVM writes the archive as it exits
     archives = list(cache.glob("*.jsa"))
     assert len(archives) == 1 and archives[0].stat().st_size > 10 * 2**20, archives
