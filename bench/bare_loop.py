@@ -97,19 +97,18 @@ class _TimedEnd:
     def __getattr__(self, name: str):
         return getattr(self._producer, name)
 
-    def send_offsets_to_transaction(self, *args):
+    def _timed(self, method: str, *args):
         t0 = time.monotonic()
         try:
-            return self._producer.send_offsets_to_transaction(*args)
+            return getattr(self._producer, method)(*args)
         finally:
             self._copier.commit_wall += time.monotonic() - t0
 
+    def send_offsets_to_transaction(self, *args):
+        return self._timed("send_offsets_to_transaction", *args)
+
     def commit_transaction(self, *args):
-        t0 = time.monotonic()
-        try:
-            return self._producer.commit_transaction(*args)
-        finally:
-            self._copier.commit_wall += time.monotonic() - t0
+        return self._timed("commit_transaction", *args)
 
 
 if __name__ == "__main__":
