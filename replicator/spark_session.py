@@ -130,8 +130,8 @@ def worker_spark_home(cfg: ReplicatorConfig) -> Path | None:
     site-packages with its cached bytecode (measured here). Spark waits a fixed 10 s for a new
     worker to connect back, which a loaded machine then missed (the planner's process). Without the
     zip, workers import the installed pyspark, the same version. Kept in the cache folder (a stable
-    path: the class-data archive records the jars' paths); None when the user set SPARK_HOME or the
-    folder cannot be written."""
+    path: the class-data archive records the jars' paths); None when the cache is off or its folder
+    cannot be written (`spark_home` lets a user's SPARK_HOME win before asking)."""
     if cfg.spark_class_cache == "off":
         return None
     import pyspark
@@ -156,8 +156,9 @@ def _digest(text: str) -> str:
 
 
 def class_archive(cfg: ReplicatorConfig) -> Path | None:
-    """Where this JVM and Spark version's class-data archive lives; None when switched off or the
-    cache directory cannot be written."""
+    """Where the class-data archive for this JVM, Spark version and SPARK_HOME lives (an existing one
+    also in a read-only folder); None when switched off or nothing could be recorded there. Removes
+    recordings left by runs that did not stop cleanly."""
     if cfg.spark_class_cache == "off":
         return None
     import pyspark
