@@ -46,29 +46,31 @@ lint: $(STAMP)
 	$(BIN)/ruff check replicator tests bench
 
 unit: $(STAMP)
-	$(BIN)/pytest -q tests/unit
+	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/unit tests/unit
 
+# Each checkout keeps its own pytest base directory: pytest prunes /tmp/pytest-of-<user> to the newest
+# three sessions, which deleted the live directories of concurrent sessions of the same user.
 test: $(STAMP) jars debs lint deploytools
-	$(BIN)/pytest -q --durations=30 -m "not chaos and not image and not versions and not soak" tests
+	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/test --durations=30 -m "not chaos and not image and not versions and not soak" tests
 
 # The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
 # Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).
 image-test: $(STAMP) jars containertools deploytools
-	$(BIN)/pytest -q -m image tests
+	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/image -m image tests
 
 demo: $(STAMP) jars
 	$(BIN)/replicator demo
 
 chaos: $(STAMP) jars
-	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(BIN)/pytest -q -m chaos tests
+	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/chaos -m chaos tests
 
 # The engine's exactly-once check across Kafka 3.6 / 3.9 (KRaft and ZooKeeper) / 4.1 pairs (RELIABILITY.md).
 versions: $(STAMP) jars
-	$(BIN)/pytest -q -m versions tests/integration/test_versions.py
+	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/versions -m versions tests/integration/test_versions.py
 
 # An hour of steady replication with periodic faults (RELIABILITY.md); REPLICATOR_SOAK_MINUTES shortens it.
 soak: $(STAMP) jars
-	REPLICATOR_SOAK_OUT=$(CURDIR)/.soak $(BIN)/pytest -q -s -m soak tests
+	REPLICATOR_SOAK_OUT=$(CURDIR)/.soak $(BIN)/pytest -q -s --basetemp=$(CURDIR)/.pytest-tmp/soak -m soak tests
 
 bench: $(STAMP) jars
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
