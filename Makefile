@@ -4,6 +4,9 @@ PYTHON ?= $(shell command -v python3.11 || command -v python3)
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# pytest with a base directory inside the checkout, one per target: pytest prunes /tmp/pytest-of-<user>
+# to its newest three sessions, which deleted the live directories of concurrent sessions of one user.
+pytest = $(BIN)/pytest --basetemp=$(CURDIR)/.pytest-tmp/$(1)
 
 .PHONY: demo test lint unit integration chaos versions bench bench-index jars debs containertools image image-test clean sandbox-up sandbox-down soak
 
@@ -42,35 +45,36 @@ image:
 deploytools:
 	deploy/tools/ensure_kustomize.sh
 
+.pytest-tmp:
+	mkdir -p $@
+
 lint: $(STAMP)
 	$(BIN)/ruff check replicator tests bench
 
-unit: $(STAMP)
-	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/unit tests/unit
+unit: $(STAMP) | .pytest-tmp
+	$(call pytest,unit) -q tests/unit
 
-# Each checkout keeps its own pytest base directory: pytest prunes /tmp/pytest-of-<user> to the newest
-# three sessions, which deleted the live directories of concurrent sessions of the same user.
-test: $(STAMP) jars debs lint deploytools
-	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/test --durations=30 -m "not chaos and not image and not versions and not soak" tests
+test: $(STAMP) jars debs lint deploytools | .pytest-tmp
+	$(call pytest,test) -q --durations=30 -m "not chaos and not image and not versions and not soak" tests
 
 # The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
 # Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).
-image-test: $(STAMP) jars containertools deploytools
-	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/image -m image tests
+image-test: $(STAMP) jars containertools deploytools | .pytest-tmp
+	$(call pytest,image) -q -m image tests
 
 demo: $(STAMP) jars
 	$(BIN)/replicator demo
 
-chaos: $(STAMP) jars
-	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/chaos -m chaos tests
+chaos: $(STAMP) jars | .pytest-tmp
+	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(call pytest,chaos) -q -m chaos tests
 
 # The engine's exactly-once check across Kafka 3.6 / 3.9 (KRaft and ZooKeeper) / 4.1 pairs (RELIABILITY.md).
-versions: $(STAMP) jars
-	$(BIN)/pytest -q --basetemp=$(CURDIR)/.pytest-tmp/versions -m versions tests/integration/test_versions.py
+versions: $(STAMP) jars | .pytest-tmp
+	$(call pytest,versions) -q -m versions tests/integration/test_versions.py
 
 # An hour of steady replication with periodic faults (RELIABILITY.md); REPLICATOR_SOAK_MINUTES shortens it.
-soak: $(STAMP) jars
-	REPLICATOR_SOAK_OUT=$(CURDIR)/.soak $(BIN)/pytest -q -s --basetemp=$(CURDIR)/.pytest-tmp/soak -m soak tests
+soak: $(STAMP) jars | .pytest-tmp
+	REPLICATOR_SOAK_OUT=$(CURDIR)/.soak $(call pytest,soak) -q -s -m soak tests
 
 bench: $(STAMP) jars
 	$(BIN)/python -m bench.run $(BENCH_ARGS)
