@@ -55,7 +55,7 @@ def classify(err: KafkaError) -> Outcome:
         return Outcome.FENCED
     if code in _FATAL:
         return Outcome.FATAL
-    if err.txn_requires_abort():
+    if err.txn_requires_abort() or _refused_after_failure(err):
         return Outcome.ABORT
     # _FATAL is what every call on a producer that already hit a fatal error (most often: fenced)
     # returns, without the fatal flag; the instance is dead, a new one can go on.
@@ -66,7 +66,16 @@ def classify(err: KafkaError) -> Outcome:
     return Outcome.FATAL
 
 
+def _refused_after_failure(err: KafkaError) -> bool:
+    """produce() into a transaction that already failed (its records timed out while a leader was
+    cut off from its peers) is refused with a bare "Erroneous state", none of the flags set: the
+    cause was the earlier failure, which the abort and a fresh producer get past."""
+    return err.code() == KafkaError._STATE and not (err.fatal() or err.retriable() or err.txn_requires_abort())
+
+
 def transient(err: KafkaError) -> bool:
     """Whether the cause goes away by itself (a broker restarting, a leader moving), even when the
     open transaction has to be aborted for it: worth retrying for longer than a few attempts."""
+    if _refused_after_failure(err):
+        return True
     return err.code() not in _FATAL and err.code() not in _FENCED and (err.retriable() or err.code() in _TRANSIENT)

@@ -30,6 +30,15 @@ def test_abortable_transaction_error_is_abort():
     assert classify(KafkaError(KafkaError.TRANSACTION_ABORTABLE, "x", txn_requires_abort=True)) is Outcome.ABORT
 
 
+def test_produce_refused_by_a_transaction_that_already_failed_is_abort_and_transient():
+    # Seen when a target leader was cut off from its peers: the open transaction's records timed out
+    # ("requires epoch bump"), and the next produce() raised "Unable to produce message: Local:
+    # Erroneous state" with no flag set, which stopped the shard task as if nothing could help.
+    err = KafkaError(KafkaError._STATE, "Unable to produce message")
+    assert classify(err) is Outcome.ABORT
+    assert transient(err)
+
+
 def test_fatal_producer_state_means_recreate():
     assert classify(KafkaError(KafkaError._STATE, "x", fatal=True)) is Outcome.RECREATE
     # produce() on a producer that was fenced earlier: "Unable to produce message: Local: Fatal error",
