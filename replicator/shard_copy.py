@@ -40,6 +40,7 @@ from replicator.config import ReplicatorConfig
 from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed, read_committed
 from replicator.replication_policy import Provenance
+from replicator.stall_watch import StallWatch
 
 log = logging.getLogger(__name__)
 
@@ -193,11 +194,16 @@ class ShardCopier:
         until the driver asks to end. Stats go to the driver as transactions commit; the returned
         stats are those it did not take."""
         self._link = link
+        watch = StallWatch(f"shard {self.shard}'s task", extra={"shard": self.shard})
 
         def should_stop() -> bool:
+            watch.beat()  # every loop iteration and every attempt asks
             return time.monotonic() >= deadline or (link is not None and link.stop_requested())
 
-        self._attempts(ranges, should_stop)
+        try:
+            self._attempts(ranges, should_stop)
+        finally:
+            watch.close()
         self._report(force=True)
         return self.stats
 
