@@ -61,6 +61,14 @@ RUN groupadd --system --gid 10001 replicator \
       --shell /usr/sbin/nologin replicator \
  && install -d -o 10001 -g 10001 -m 0750 /tmp/spark /etc/replicator
 
+# Spark's class-data archive (AppCDS) and the zip-free SPARK_HOME its workers start from, recorded
+# here because a pod cannot keep them: its root filesystem is read-only and every start is a fresh
+# container. Halves the driver JVM's start-up CPU (BENCHMARKS.md); read-only at run time.
+ENV REPLICATOR_SPARK_CLASS_CACHE=/opt/replicator/spark-cache
+RUN replicator spark-warmup \
+ && rm -rf /tmp/spark/* /home/replicator/.cache \
+ && chmod -R a+rX /opt/replicator/spark-cache
+
 USER 10001:10001
 WORKDIR /tmp/spark
 EXPOSE 9400

@@ -228,6 +228,11 @@ def test_container_replicates_exactly_once_through_a_kill_and_a_stop(podman, bui
         assert status == 200 and "replicator_" in metrics
         health = podman.run("healthcheck", "run", second, check=False)
         assert health.returncode == 0, f"HEALTHCHECK failed: {health.stdout}{health.stderr}"
+        # The driver JVM maps the class-data archive the image build recorded: with a read-only root
+        # filesystem and a fresh container at every start, a pod could never record one itself.
+        mapped = podman.run("exec", second, "bash", "-c", "grep -l 'spark-cache/spark-.*[.]jsa' /proc/[0-9]*/maps",
+                            check=False).stdout
+        assert mapped.strip(), "the Spark JVM does not map the image's class-data archive"
         users = podman.run("top", second, "user", "comm").stdout.splitlines()[1:]
         assert users and all(u.split()[0] in {"10001", "replicator"} for u in users), users
     finally:
