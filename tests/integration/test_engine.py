@@ -216,33 +216,35 @@ def test_transaction_version_0_target_survives_sigkill_restarts(sandbox_tv0, uni
     target_is_stable(sandbox, topic)
 
 
-@pytest.mark.parametrize("policy", ["fail", "skip"])
-def test_retention_overtaking_replication_is_never_silent(sandbox, unique, logs, policy):
-    """Records deleted on the source before being copied: `fail` stops naming the partition and the
-    lost range; `skip` jumps to the log start, logs it, and carries on."""
+def test_retention_overtaking_replication_is_never_silent(sandbox, unique, logs):
+    """Records deleted on the source before being copied: `fail` (the default) stops naming the
+    partition and the lost range, writing nothing; the operator's answer, a restart with `skip`,
+    jumps to the log start, logs it, and carries on."""
     from confluent_kafka import TopicPartition
 
-    topic, name = f"loss-{policy}-{unique}", f"loss-{policy}-{unique}"
+    topic = name = f"loss-{unique}"
+    group = f"__replicator.{name}"
     create_topic(sandbox.source.bootstrap, topic, 1)
     produce_transactional(sandbox.source.bootstrap, topic, sample_records(1_000, partitions=1), f"a-{unique}")
     with ReplicatorProcess(sandbox, topic, name, logs / "first.log", "--shards", "1") as job:
-        wait_until(caught_up(sandbox, topic, f"__replicator.{name}", 1), 240, "first copy", job)
+        wait_until(caught_up(sandbox, topic, group, 1), 240, "first copy", job)
         assert job.sigterm() == 0
     produce_transactional(sandbox.source.bootstrap, topic, sample_records(1_000, 1_000, partitions=1), f"b-{unique}")
-    committed = fake_group_offsets(sandbox.target.bootstrap, f"__replicator.{name}")[(topic, 0)]
+    committed = fake_group_offsets(sandbox.target.bootstrap, group)[(topic, 0)]
     cut = end_offsets(sandbox.source.bootstrap, topic, 1)[0] - 100
     admin = AdminClient({"bootstrap.servers": sandbox.source.bootstrap})
     admin.delete_records([TopicPartition(topic, 0, cut)])[TopicPartition(topic, 0, cut)].result(30)
 
-    job = ReplicatorProcess(sandbox, topic, name, logs / "second.log", "--shards", "1",
-                            "--on-data-loss", policy).start()
-    if policy == "fail":
-        assert job.wait(300) == 1
-        assert f"{topic}[0]" in job.log() and f"offsets {committed}..{cut - 1}" in job.log()
-        assert fake_group_offsets(sandbox.target.bootstrap, f"__replicator.{name}")[(topic, 0)] == committed
-        return
+    job = ReplicatorProcess(sandbox, topic, name, logs / "fail.log", "--shards", "1",
+                            "--on-data-loss", "fail").start()
+    assert job.wait(300) == 1
+    assert f"{topic}[0]" in job.log() and f"offsets {committed}..{cut - 1}" in job.log()
+    assert fake_group_offsets(sandbox.target.bootstrap, group)[(topic, 0)] == committed
+
+    job = ReplicatorProcess(sandbox, topic, name, logs / "skip.log", "--shards", "1",
+                            "--on-data-loss", "skip").start()
     try:
-        wait_until(caught_up(sandbox, topic, f"__replicator.{name}", 1), 240, "copy after the gap", job)
+        wait_until(caught_up(sandbox, topic, group, 1), 240, "copy after the gap", job)
         assert job.sigterm() == 0
     finally:
         if job.running():
