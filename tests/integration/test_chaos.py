@@ -1,6 +1,7 @@
 """Exactly-once under faults, checked by an independent audit and a concurrent reader.
 
-`make test` runs the reduced run: every fault kind once on a small workload (transaction.version 2).
+`make test` runs the reduced runs: every single-broker fault kind once on a small workload
+(transaction.version 2), the network kinds once, and four three-broker kinds once.
 `make chaos` runs the full matrix (>= 1M records, >= 20 replicator kills, >= 4 broker bounces,
 >= 4 pauses, one zombie) and the multi-broker matrix (>= 1M records on two three-broker clusters,
 every multi-broker and slow-network kind 3 times), each for transaction.version 2 and 0;
@@ -93,6 +94,27 @@ def multi_broker_sandbox(request, tmp_path_factory):
     box.up(fresh=True)
     yield box
     box.down()
+
+
+# `make test`'s reduced three-broker run: one fault of each role a production cluster moves (the
+# partition leader, both coordinators, a leader cut off from its peers) on a small workload, the
+# target on transaction.version 2. The rolling restarts and the source kinds are left to `make
+# chaos`: they cost minutes each here and strike the same code paths.
+REDUCED_MULTI_FAULTS = ("target-leader-kill", "target-txn-coordinator-kill", "target-group-coordinator-kill",
+                        "target-leader-isolate")
+
+
+def test_three_broker_failovers_once_keep_exactly_once(tmp_path_factory, unique, tmp_path):
+    shift = int(os.environ.get("REPLICATOR_SANDBOX_PORT_SHIFT", "0")) + 80  # the tv2 matrix's ports
+    box = Sandbox(root=tmp_path_factory.mktemp("sandbox-3"), brokers=3, port_shift=shift)
+    box.up(fresh=True)
+    try:
+        result = ChaosRun(box, tmp_path, unique, records=5_000, partitions=4, faults=REDUCED_MULTI_FAULTS,
+                          shards=2).run()
+    finally:
+        box.down()
+    assert result.faults == list(REDUCED_MULTI_FAULTS)
+    assert_exactly_once(result)
 
 
 @pytest.mark.chaos
