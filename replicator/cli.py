@@ -34,10 +34,10 @@ class _LazyGroup(click.Group):
         return sorted([*super().list_commands(ctx), *self.lazy])
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.lazy or name in self.unlisted:
+        if target := self.lazy.get(name) or self.unlisted.get(name):
             import importlib
 
-            module, attr = {**self.lazy, **self.unlisted}[name].split(":")
+            module, attr = target.split(":")
             try:
                 return getattr(importlib.import_module(module), attr)
             except ImportError:

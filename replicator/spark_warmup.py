@@ -109,7 +109,7 @@ def spark_warmup() -> None:
 
     placeholder = {"name": "warmup", "topics": "warmup", "source_bootstrap_servers": "127.0.0.1:9",
                    "target_bootstrap_servers": "127.0.0.2:9"}
-    cfg = config_mod.load({**placeholder})
+    cfg = config_mod.load(placeholder)
     logs.configure(cfg.log_format, cfg.log_level)
     archive = record(cfg)
     if archive is None:

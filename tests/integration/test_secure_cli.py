@@ -16,7 +16,7 @@ import yaml
 from replicator import acls
 from replicator import config as config_mod
 from replicator.sandbox import Sandbox
-from replicator.sandbox.cluster import _port_shift
+from replicator.sandbox.cluster import _pid_alive, _port_shift
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until
 from tests.secure_helpers import (
     commit_group,
@@ -35,14 +35,6 @@ SHIFT = 120
 
 def _cli(env: dict, *args: str, timeout: float = 600) -> subprocess.CompletedProcess:
     return subprocess.run([str(BIN), *args], capture_output=True, text=True, timeout=timeout, env=env)
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    return Path(f"/proc/{pid}/stat").read_text().split()[2] != "Z"
 
 
 def test_sandbox_up_secure_then_switchover_with_the_least_acls(tmp_path: Path, unique: str):
@@ -108,6 +100,6 @@ def test_sandbox_up_secure_then_switchover_with_the_least_acls(tmp_path: Path, u
         down = _cli(env, "sandbox", "down", timeout=300)
     assert down.returncode == 0, down.stdout + down.stderr
     deadline = time.monotonic() + 60
-    while any(_alive(p) for p in pids if p) and time.monotonic() < deadline:
+    while any(_pid_alive(p) for p in pids if p) and time.monotonic() < deadline:
         time.sleep(0.5)
-    assert pids and not any(_alive(p) for p in pids if p), "sandbox down left a broker running"
+    assert pids and not any(_pid_alive(p) for p in pids if p), "sandbox down left a broker running"
