@@ -120,11 +120,13 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             rate = round(max_rate * fraction)
             sent0 = source.total()
             t0 = time.time()
+            cpu0 = tree.sample()[0]
             load = _load(job, rate, step_s)
             while load.running():
                 tree.sample()
                 time.sleep(0.2)
             t1 = time.time()
+            cpu1 = tree.sample()[0]
             sent = source.total()
             lag = sent - watcher.count()
             drain_until = time.monotonic() + DRAIN_S
@@ -137,7 +139,11 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             steps.append({"contender": contender.key, "run": run, "size": job.size, "fraction": fraction,
                           "rate": rate, "produced_per_s": (sent - sent0) / max(t1 - t0, 1e-9),
                           "p50_s": _pct(lat, 0.50), "p95_s": _pct(lat, 0.95), "p99_s": _pct(lat, 0.99),
-                          "received": len(lat), "lag_end": lag, "bounded": bounded})
+                          "received": len(lat), "lag_end": lag, "bounded": bounded,
+                          # The contender's whole process tree, during the step (not the drain): CPU per
+                          # GB offered, the line issue 13 asks for beside latency.
+                          "cpu_s": cpu1 - cpu0,
+                          "cpu_s_per_gb": (cpu1 - cpu0) / max((sent - sent0) * job.size / 1e9, 1e-9)})
             if not bounded:
                 break  # higher rates cannot be bounded either
         if restart_too:

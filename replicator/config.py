@@ -71,7 +71,11 @@ class ReplicatorConfig:
     batch_duration_seconds: float = 300.0
     commit_interval_ms: int = 50
     max_records_per_transaction: int = 200_000
-    max_transaction_seconds: float = 10.0
+    # What a backlog may stretch a transaction to. Its records are invisible until it commits, so
+    # this is also the lag a reader sees while the copy keeps up at its ceiling: at 10 s, a steady
+    # rate near the ceiling flipped into seconds-long transactions and a visible lag that ran away
+    # (BENCHMARKS.md, 105k rec/s). At 1 s the commit's drain still costs a few percent of catch-up.
+    max_transaction_seconds: float = 1.0
     transaction_timeout_ms: int = 60_000
     trigger_interval_ms: int = 200
     on_data_loss: str = "fail"

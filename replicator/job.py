@@ -119,6 +119,12 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
     if not mappings:
         log.warning("no source topic matches the selection yet; new topics are picked up every %ss",
                     cfg.refresh_topics_interval_seconds)
+    # Fenced before the group's offsets are read (fence_previous_layouts says why); no record has
+    # moved yet either way: fencing only aborts what earlier writers left open.
+    try:
+        fence_previous_layouts(cfg)
+    except transactional_ids.FenceError as e:
+        raise RuntimeFailure(str(e)) from None
     for lag in partition_lags(cfg, source, target, mappings):
         if lag.committed > lag.source_end:
             raise RuntimeFailure(
@@ -126,10 +132,6 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
                 f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
                 f"the group was written by another job or the source topic was recreated. Use another "
                 f"--name/--offsets-group, or delete the group to start over.")
-    try:
-        fence_previous_layouts(cfg)
-    except transactional_ids.FenceError as e:
-        raise RuntimeFailure(str(e)) from None
     return cfg, mappings
 
 
@@ -137,9 +139,18 @@ def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
     """init_transactions() on every transactional id an earlier run could hold, before any new write:
     the current layout's, every layout (job name, shard count) the fake group records, and every id
     of those names the target's transaction coordinators still list (which covers a layout that was
-    killed before its first commit). Fences their zombies and aborts what they left open."""
+    killed before its first commit). Fences their zombies and aborts what they left open.
+
+    The ids that need no group read are fenced first: a run killed between sending its offsets and
+    committing leaves them pending, and the group's stable offsets wait for that transaction to end
+    (OffsetFetch answers UNSTABLE_OFFSET_COMMIT), so reading the group first made a restart after
+    SIGKILL wait out the transaction timeout (60 s) whenever the kill hit a commit."""
     if not cfg.exactly_once:
         return 0
+    current = {transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)}
+    listed = _listed(cfg, {cfg.name})
+    first = transactional_ids.to_fence(cfg, [], listed)
+    _fence(cfg, first)
     reader = kafka_clients.group_reader(cfg)
     try:
         committed = read_group(reader)
@@ -151,19 +162,28 @@ def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
         log.warning("the offsets group %r holds unreadable metadata for %s: the layout that wrote it is unknown; "
                     "fencing every id of job %r the target's coordinators list", cfg.group, ", ".join(damaged),
                     cfg.name, extra={"event": "damaged_metadata", "partitions": len(damaged)})
-    names = {cfg.name} | {name for name, _ in layouts}
-    try:
-        listed = transactional_ids.listed(cfg, names)
-    except Exception as e:  # noqa: BLE001 - kafka-python's errors; any of them means "not proven fenced"
-        raise transactional_ids.FenceError(
-            f"cannot list the target's transactions to find earlier writers of job(s) {sorted(names)}: {e}") from None
-    ids = transactional_ids.to_fence(cfg, layouts, listed)
-    earlier = sorted(set(ids) - {transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)})
+    others = {name for name, _ in layouts} - {cfg.name}
+    ids = transactional_ids.to_fence(cfg, layouts, listed + (_listed(cfg, others) if others else []))
+    earlier = sorted(set(ids) - current)
     if earlier:
         # Recorded in the group, or only known to the coordinators (a layout that never committed).
         log.info("shard layout changed (recorded: %s; now %d shards of %s): fencing %d transactional ids of "
                  "earlier layouts, e.g. %s", sorted(layouts) or "none", cfg.shard_count, cfg.name, len(earlier),
                  ", ".join(earlier[:3]), extra={"event": "fencing", "ids": len(ids)})
+    done = set(first)
+    _fence(cfg, [i for i in ids if i not in done])
+    return len(ids)
+
+
+def _listed(cfg: ReplicatorConfig, names: set[str]) -> list[str]:
+    try:
+        return transactional_ids.listed(cfg, names)
+    except Exception as e:  # noqa: BLE001 - kafka-python's errors; any of them means "not proven fenced"
+        raise transactional_ids.FenceError(
+            f"cannot list the target's transactions to find earlier writers of job(s) {sorted(names)}: {e}") from None
+
+
+def _fence(cfg: ReplicatorConfig, ids: list[str]) -> None:
     try:
         transactional_ids.fence(cfg, ids)
     except transactional_ids.FenceError as e:
@@ -171,7 +191,6 @@ def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
             if permissions.is_authorization_error(kafka_clients.kafka_error(cause)):
                 raise RuntimeFailure(str(permissions.transactional_id_denied(cfg, txn_id))) from None
         raise
-    return len(ids)
 
 
 def fence_current_layout(cfg: ReplicatorConfig) -> None:

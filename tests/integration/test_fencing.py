@@ -71,6 +71,31 @@ def test_a_renamed_job_fences_the_ids_of_its_old_name(sandbox, unique):
     assert_fenced(zombie, sandbox.target.bootstrap, topic)
 
 
+def test_a_run_killed_mid_commit_restarts_without_waiting_for_its_transaction(sandbox, unique):
+    """Killed after sending its offsets to the transaction and before committing: the group's stable
+    offsets wait for that transaction (here up to its 10-minute timeout). Start-up fences the
+    current layout before it reads the group, so it aborts the transaction instead of waiting."""
+    name, topic = f"fence-mc-{unique}", f"fence-mc-{unique}"
+    create_topic(sandbox.target.bootstrap, topic)
+    group = f"__replicator.{name}"
+    zombie = open_transaction(sandbox.target.bootstrap, f"{name}-shard-0", topic)
+    from confluent_kafka import Consumer
+
+    reader = Consumer({"bootstrap.servers": sandbox.target.bootstrap, "group.id": group})
+    meta = CommitMetadata("src", topic, 1, 0, 0, 0, name)
+    zombie.send_offsets_to_transaction([TopicPartition(topic, 0, 7, metadata=meta.encode())],
+                                       reader.consumer_group_metadata(), 30)
+    reader.close()
+    cfg = ReplicatorConfig(name=name, shards=1, target_bootstrap_servers=sandbox.target.bootstrap)
+    started = time.monotonic()
+    job.fence_previous_layouts(cfg)
+    took = time.monotonic() - started
+    assert_fenced(zombie, sandbox.target.bootstrap, topic)
+    assert (topic, 0) not in fake_group_offsets(sandbox.target.bootstrap, group), "the aborted offsets were kept"
+    # Liveness, not speed: the unfixed order waited out read_group's 60 s limit and then failed.
+    assert took < 45, f"start-up fencing waited {took:.0f}s for the killed run's transaction"
+
+
 def test_a_fence_the_broker_refuses_stops_the_start(sandbox, unique):
     """Any id that cannot be fenced stops pre-flight with the ids and the broker's reason. The
     transaction timeout here is above the broker's transaction.max.timeout.ms (15 min), which config
