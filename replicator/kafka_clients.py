@@ -58,8 +58,9 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         "fetch.wait.max.ms": 500,
         "fetch.max.bytes": 64 * 1024 * 1024,
         "max.partition.fetch.bytes": 16 * 1024 * 1024,
-        # What a shard needs to keep its producer busy; more only adds resident memory (issue 13).
-        "queued.max.messages.kbytes": 64 * 1024,
+        # What a shard needs to keep its producer busy (issue 13): with 16 MiB instead of 64, catch-up
+        # was faster and the process tree's peak PSS ~100 MiB lower (BENCHMARKS.md, queue A/B).
+        "queued.max.messages.kbytes": 16 * 1024,
         # librdkafka postpones fetching a partition whose local queue is over its threshold by this
         # much (default 1 s); the copy loop drains a full queue in a few ms and then sat idle, which
         # cost 20 % of catch-up throughput and made exactly-once look 10 % slower (it pauses to commit).
@@ -81,7 +82,11 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
         "linger.ms": 20,
         "batch.size": 1024 * 1024,
         "queue.buffering.max.messages": 1_000_000,
-        "queue.buffering.max.kbytes": 128 * 1024,
+        # Every commit first flushes what is queued, and the loop copies nothing meanwhile: a queue
+        # that catch-up keeps full made each commit wait for 128 MiB to drain (catch-up 10-20 % faster
+        # at 64 or 16 MiB, BENCHMARKS.md, queue A/B). Not below the largest record: one that does not
+        # fit an empty queue is refused as "queue full" forever.
+        "queue.buffering.max.kbytes": _MAX_MESSAGE_BYTES // 1024,
         "message.max.bytes": _MAX_MESSAGE_BYTES,
         "compression.type": "none",
         # A fresh producer per task: librdkafka holds its first broker connection back for half of
