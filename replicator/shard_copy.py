@@ -11,7 +11,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    partition resumes, so replayed work is never copied twice;
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
-   after they began once the source has nothing more queued (latency), and bounded by
+   (or three commit durations, see _COMMIT_SHARE) after they began once the source has nothing more
+   queued (latency), and bounded by
    `max_records_per_transaction` and `max_transaction_seconds` while catching up (throughput);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
    partition it advanced, so data and position commit atomically; and, produced after the data's
@@ -50,6 +51,16 @@ _OFFSET_BEGINNING = -2
 _LATENCY_SAMPLES_PER_TXN = 8
 _CONSUME_BATCH = 10_000
 _IDLE_WAIT_S = 0.2  # longest wait for a first record; any arriving record ends it at once
+# A transaction lasts at least this many times what committing one takes (flush, index entry,
+# offsets, EndTxn: the loop copies nothing meanwhile), so commits hold the loop at most a quarter
+# of the time. At 50 ms transactions a commit under load took 20-45 ms: the loop spent nearly half
+# its time committing, fell behind at rates a third of its catch-up speed, and then a full read
+# stretched the transaction to its time bound, seconds of visible lag (BENCHMARKS.md).
+_COMMIT_SHARE = 3.0
+# A full read alone does not make a backlog: at a steady rate near the ceiling, any pause (a slow
+# commit, a busy broker) queues a full read's worth, and growing the transaction to its time bound
+# then kept the whole stream seconds late. Growing pays only when the shard is this far behind.
+_BACKLOG_S = 1.0
 _REPORT_INTERVAL_S = 1.0
 _CONSUME_ERROR_LOG_S = 10.0
 
@@ -171,6 +182,9 @@ class ShardCopier:
         self._txn_records = 0
         self._txn_begun = False
         self._committed = False  # a transaction committed since the last failure
+        self._commit_cost = 0.0  # recent seconds one commit held the loop (moving average)
+        self._rate = 0.0  # records/s this shard recently copied (moving average over transactions)
+        self._cycle_began: float | None = None  # when the last commit ended
         self._consume_error_logged = -_CONSUME_ERROR_LOG_S
 
     def _provenance(self, key: str) -> Provenance:
@@ -306,7 +320,7 @@ class ShardCopier:
                 self._produce_batch(producer, msgs, states)
             # A full batch means the source has more queued: grow the transaction (catch-up
             # throughput) up to its record and time bounds instead of committing at the interval.
-            if not self._due(backlog=len(msgs) >= _CONSUME_BATCH):
+            if not self._due(backlog=len(msgs) >= _CONSUME_BATCH and self._behind(states)):
                 continue
             if self.fault == "fail-before-commit" and not injected:
                 producer.flush(30)
@@ -321,7 +335,29 @@ class ShardCopier:
     def _wait(self) -> float:
         if self._txn_started is None:
             return _IDLE_WAIT_S
-        return max(0.0, self._txn_started + self.cfg.commit_interval_ms / 1000 - time.monotonic())
+        return max(0.0, self._txn_started + self._interval() - time.monotonic())
+
+    def _behind(self, states: dict) -> bool:
+        """More than _BACKLOG_S of this shard's recent copy rate is waiting at the source (the high
+        watermarks of the last fetch responses; no broker round trip)."""
+        waiting = 0
+        for st in states.values():
+            if is_backlog(waiting, self._rate):
+                return True  # no need to look at every partition (catch-up of many of them)
+            if st.done or st.next < 0:
+                continue
+            try:  # a sizing hint only: a partition the client knows nothing of yet counts as caught up
+                _, high = self.consumer.get_watermark_offsets(TopicPartition(st.r.source_topic, st.r.partition),
+                                                              cached=True)
+            except KafkaException:
+                continue
+            waiting += max(0, high - st.next)
+        return is_backlog(waiting, self._rate)
+
+    def _interval(self) -> float:
+        """How long a transaction stays open once the source is drained: `commit_interval_ms`, or
+        longer when committing is slow (see _COMMIT_SHARE)."""
+        return max(self.cfg.commit_interval_ms / 1000, _COMMIT_SHARE * self._commit_cost)
 
     def _fetch(self, wait: float) -> list:
         msgs = self.consumer.consume(_CONSUME_BATCH, 0)
@@ -337,7 +373,7 @@ class ShardCopier:
         age = time.monotonic() - self._txn_started
         if self._txn_records >= self.cfg.max_records_per_transaction or age >= self.cfg.max_transaction_seconds:
             return True
-        return not backlog and age >= self.cfg.commit_interval_ms / 1000
+        return not backlog and age >= self._interval()
 
     def _changed(self, st: _PartitionState) -> None:
         st.dirty = True
@@ -482,7 +518,8 @@ class ShardCopier:
             self.consumer.incremental_assign([TopicPartition(st.r.source_topic, st.r.partition, st.next)])
 
     def _commit(self, producer: Producer, states: dict) -> None:
-        started = self._txn_started if self._txn_started is not None else time.monotonic()
+        entered = time.monotonic()
+        started = self._txn_started if self._txn_started is not None else entered
         advanced = [s for s in states.values() if s.dirty]
         if advanced:
             producer.flush(60)  # every record acknowledged before the offsets join the transaction
@@ -504,6 +541,13 @@ class ShardCopier:
             self.group.commit(offsets=offsets, asynchronous=False)
         self._txn_started, self._txn_records, self._txn_begun = None, 0, False
         self._committed = True
+        ended = time.monotonic()
+        cost = ended - entered
+        self._commit_cost = cost if not self._commit_cost else 0.7 * self._commit_cost + 0.3 * cost
+        if self._cycle_began is not None and ended > self._cycle_began:
+            rate = sum(s.records for s in advanced) / (ended - self._cycle_began)
+            self._rate = rate if not self._rate else 0.7 * self._rate + 0.3 * rate
+        self._cycle_began = ended
         now = time.time()
         self.stats.transactions += 1
         self.stats.transaction_seconds.append(time.monotonic() - started)
@@ -601,6 +645,12 @@ def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
             if len(seen) == partitions:
                 break
     return lasts
+
+
+def is_backlog(waiting: int, rate: float) -> bool:
+    """`waiting` records at the source are more than _BACKLOG_S of copying at `rate` records/s (no
+    rate measured yet: a task's start, so a full read is a backlog, as in a catch-up)."""
+    return rate <= 0 or waiting >= rate * _BACKLOG_S
 
 
 def needs_refresh(c: Committed | None, stale_before: float) -> bool:
