@@ -13,11 +13,12 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import reaper
+from replicator.kafka_clients import with_logging
 from replicator.sandbox import classpath
 
 
 def admin(bootstrap: str) -> AdminClient:
-    return AdminClient({"bootstrap.servers": bootstrap})
+    return AdminClient(with_logging({"bootstrap.servers": bootstrap}))
 
 
 def create_topic(bootstrap: str, name: str, partitions: int) -> None:
@@ -49,8 +50,9 @@ def fill_partitions(bootstrap: str, topics: list[str], partitions: int, per_part
     from confluent_kafka import Producer
 
     started = time.monotonic()
-    producer = Producer({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1048576, "acks": "all",
-                         "enable.idempotence": True, "queue.buffering.max.kbytes": 256 * 1024})
+    producer = Producer(with_logging({"bootstrap.servers": bootstrap, "linger.ms": 20, "batch.size": 1048576,
+                                      "acks": "all", "enable.idempotence": True,
+                                      "queue.buffering.max.kbytes": 256 * 1024}))
     payload = os.urandom(size)
     failed: list[str] = []
 

@@ -14,6 +14,8 @@ import time
 
 from confluent_kafka import Producer
 
+from replicator.kafka_clients import with_logging
+
 TICK_S = 0.01
 
 
@@ -25,8 +27,8 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--rate", type=float, required=True)
     p.add_argument("--seconds", type=float, required=True)
     args = p.parse_args(argv)
-    producer = Producer({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "acks": "all",
-                         "enable.idempotence": True, "queue.buffering.max.kbytes": 512 * 1024})
+    producer = Producer(with_logging({"bootstrap.servers": args.bootstrap, "linger.ms": 5, "acks": "all",
+                                      "enable.idempotence": True, "queue.buffering.max.kbytes": 512 * 1024}))
     payload = os.urandom(args.size)
     started = time.monotonic()
     sent = 0

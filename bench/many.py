@@ -19,6 +19,7 @@ from confluent_kafka import Consumer, TopicPartition
 
 from bench import kafka_ops
 from bench.contenders import Contender, Job
+from replicator.kafka_clients import with_logging
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
 POLL_S = 0.5
@@ -57,8 +58,9 @@ class Counter(threading.Thread):
         self.stop_flag = threading.Event()
 
     def run(self) -> None:
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-many-counter",
-                      "enable.auto.commit": False, "isolation.level": "read_committed", "fetch.wait.max.ms": 50})
+        c = Consumer(with_logging({"bootstrap.servers": self.bootstrap, "group.id": "bench-many-counter",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "fetch.wait.max.ms": 50}))
         assigned: set[str] = set()
         next_scan = 0.0
         try:

@@ -14,6 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bench import kafka_ops
 from bench.contenders import Contender, Job
 from bench.proctree import Tree
+from replicator.kafka_clients import with_logging
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
 # Fractions of the maximum rate: coarse at the bottom, 12.5 % apart near the top, so the highest
@@ -42,8 +43,9 @@ class Watcher(threading.Thread):
         while not kafka_ops.topic_exists(self.bootstrap, self.topic):
             if self.stop_flag.wait(0.5):
                 return
-        c = Consumer({"bootstrap.servers": self.bootstrap, "group.id": "bench-watcher", "enable.auto.commit": False,
-                      "isolation.level": "read_committed", "fetch.wait.max.ms": 10})
+        c = Consumer(with_logging({"bootstrap.servers": self.bootstrap, "group.id": "bench-watcher",
+                                   "enable.auto.commit": False, "isolation.level": "read_committed",
+                                   "fetch.wait.max.ms": 10}))
         c.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         try:
             while not self.stop_flag.is_set():
