@@ -12,8 +12,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
    (or three commit durations, see _COMMIT_SHARE) after they began once the source has nothing more
-   queued (latency), and bounded by
-   `max_records_per_transaction` and `max_transaction_seconds` while catching up (throughput);
+   queued (latency); grown up to `max_records_per_transaction` and `max_transaction_seconds` while the
+   shard is more than a second behind (throughput, see _BACKLOG_S);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
    partition it advanced, so data and position commit atomically; and, produced after the data's
    delivery reports and before those offsets, one translation index entry per partition it copied
