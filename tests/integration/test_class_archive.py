@@ -27,7 +27,11 @@ def _maps(proc: psutil.Process, path: Path) -> bool:
 
 
 def _records(start: int, n: int) -> list[tuple]:
-    return [(i % PARTITIONS, f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")], 1_700_000_000_000 + i)
+    # Recent timestamps: with 2023 ones, the second batch rolled the first segment and the brokers'
+    # 7-day retention deleted it mid-test (on source and target at different moments), which read as
+    # "source has 250 records, target 500" in a clean-clone run.
+    now = int(time.time() * 1000)
+    return [(i % PARTITIONS, f"k{i}".encode(), f"v{i}".encode(), [("h", b"1")], now + i)
             for i in range(start, start + n)]
 
 
