@@ -87,13 +87,10 @@ def test_a_run_killed_mid_commit_restarts_without_waiting_for_its_transaction(sa
                                        reader.consumer_group_metadata(), 30)
     reader.close()
     cfg = ReplicatorConfig(name=name, shards=1, target_bootstrap_servers=sandbox.target.bootstrap)
-    started = time.monotonic()
+    # The unfixed order read the group first and raised when its 60 s read limit ran out.
     job.fence_previous_layouts(cfg)
-    took = time.monotonic() - started
     assert_fenced(zombie, sandbox.target.bootstrap, topic)
     assert (topic, 0) not in fake_group_offsets(sandbox.target.bootstrap, group), "the aborted offsets were kept"
-    # Liveness, not speed: the unfixed order waited out read_group's 60 s limit and then failed.
-    assert took < 45, f"start-up fencing waited {took:.0f}s for the killed run's transaction"
 
 
 def test_a_fence_the_broker_refuses_stops_the_start(sandbox, unique):
