@@ -543,10 +543,9 @@ class ShardCopier:
         self._committed = True
         ended = time.monotonic()
         cost = ended - entered
-        self._commit_cost = cost if not self._commit_cost else 0.7 * self._commit_cost + 0.3 * cost
+        self._commit_cost = _moving_average(self._commit_cost, cost)
         if self._cycle_began is not None and ended > self._cycle_began:
-            rate = sum(s.records for s in advanced) / (ended - self._cycle_began)
-            self._rate = rate if not self._rate else 0.7 * self._rate + 0.3 * rate
+            self._rate = _moving_average(self._rate, sum(s.records for s in advanced) / (ended - self._cycle_began))
         self._cycle_began = ended
         now = time.time()
         self.stats.transactions += 1
@@ -645,6 +644,11 @@ def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
             if len(seen) == partitions:
                 break
     return lasts
+
+
+def _moving_average(average: float, sample: float) -> float:
+    """Recent samples weigh most; 0 means no sample yet."""
+    return sample if not average else 0.7 * average + 0.3 * sample
 
 
 def is_backlog(waiting: int, rate: float) -> bool:
