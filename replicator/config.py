@@ -69,7 +69,7 @@ class ReplicatorConfig:
     master: str = ""
     guarantee: str = "exactly-once"
     batch_duration_seconds: float = 300.0
-    commit_interval_ms: int = 50
+    commit_interval_ms: int = 10
     max_records_per_transaction: int = 200_000
     # What a backlog may stretch a transaction to. Its records are invisible until it commits, so
     # this is also the lag a reader sees while the copy keeps up at its ceiling: at 10 s, a steady

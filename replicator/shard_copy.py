@@ -11,9 +11,10 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    partition resumes, so replayed work is never copied twice;
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
-   (or three commit durations, see _COMMIT_SHARE) after they began once the source has nothing more
-   queued (latency); grown up to `max_records_per_transaction` and `max_transaction_seconds` while the
-   shard is more than a second behind (throughput, see _BACKLOG_S);
+   (or longer when commits would take capacity the shard's load needs, see _HEADROOM) after they
+   began once the source has nothing more queued (latency); grown up to
+   `max_records_per_transaction` and `max_transaction_seconds` while the shard is more than a
+   second behind (throughput, see _BACKLOG_S);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
    partition it advanced, so data and position commit atomically; and, produced after the data's
    delivery reports and before those offsets, one translation index entry per partition it copied
@@ -51,12 +52,16 @@ _OFFSET_BEGINNING = -2
 _LATENCY_SAMPLES_PER_TXN = 8
 _CONSUME_BATCH = 10_000
 _IDLE_WAIT_S = 0.2  # longest wait for a first record; any arriving record ends it at once
-# A transaction lasts at least this many times what committing one takes (flush, index entry,
-# offsets, EndTxn: the loop copies nothing meanwhile), so commits hold the loop at most a quarter
-# of the time. At 50 ms transactions a commit under load took 20-45 ms: the loop spent nearly half
-# its time committing, fell behind at rates a third of its catch-up speed, and then a full read
-# stretched the transaction to its time bound, seconds of visible lag (BENCHMARKS.md).
-_COMMIT_SHARE = 3.0
+# Committing holds the loop (flush, index entry, offsets, EndTxn: ~4 round trips, 5-45 ms as the
+# brokers get busier), so a transaction is stretched to keep the loop's capacity above what the
+# shard is asked to copy: at `load` (the share of the loop's time reading and producing at the
+# recent copy rate takes, times _HEADROOM) a transaction lasts at least
+# commit_cost * load / (1 - load). At a light load the loop is mostly waiting for records, commits
+# take nothing it needs and `commit_interval_ms` alone applies (latency); near the ceiling the
+# stretch reaches _MAX_LOAD's bound, three commit durations. A fixed three-commit floor kept p50 at
+# 55-60 ms over the source at 30k rec/s, where the loop was idle most of the time (BENCHMARKS.md).
+_HEADROOM = 2.0
+_MAX_LOAD = 0.75
 # A full read alone does not make a backlog: at a steady rate near the ceiling, any pause (a slow
 # commit, a busy broker) queues a full read's worth, and growing the transaction to its time bound
 # then kept the whole stream seconds late. Growing pays only when the shard is this far behind.
@@ -184,6 +189,9 @@ class ShardCopier:
         self._committed = False  # a transaction committed since the last failure
         self._commit_cost = 0.0  # recent seconds one commit held the loop (moving average)
         self._rate = 0.0  # records/s this shard recently copied (moving average over transactions)
+        self._record_cost = 0.0  # seconds reading and producing one record took, recently (moving average)
+        self._txn_busy = 0.0  # seconds the open transaction spent reading and producing (not waiting)
+        self._work_began = 0.0  # when the last read had records to hand (after any wait for them)
         self._cycle_began: float | None = None  # when the last commit ended
         self._consume_error_logged = -_CONSUME_ERROR_LOG_S
 
@@ -291,7 +299,7 @@ class ShardCopier:
                 # after resume() in librdkafka 2.16 (measured: every third micro-batch).
                 self.consumer.resume(self.consumer.assignment())
                 self.consumer.unassign()
-                self._txn_started, self._txn_records, self._txn_begun = None, 0, False
+                self._txn_started, self._txn_records, self._txn_begun, self._txn_busy = None, 0, False, 0.0
                 del producer
 
     def _new_producer(self) -> Producer:
@@ -356,15 +364,20 @@ class ShardCopier:
 
     def _interval(self) -> float:
         """How long a transaction stays open once the source is drained: `commit_interval_ms`, or
-        longer when committing is slow (see _COMMIT_SHARE)."""
-        return max(self.cfg.commit_interval_ms / 1000, _COMMIT_SHARE * self._commit_cost)
+        longer when commits would take capacity the shard's load needs (see _HEADROOM)."""
+        return max(self.cfg.commit_interval_ms / 1000, commit_stretch(self._commit_cost, self._load()))
+
+    def _load(self) -> float:
+        return min(_MAX_LOAD, _HEADROOM * self._rate * self._record_cost)
 
     def _fetch(self, wait: float) -> list:
+        self._work_began = time.monotonic()
         msgs = self.consumer.consume(_CONSUME_BATCH, 0)
         if msgs or wait <= 0:
             return msgs
         # consume() with a timeout waits for a full batch; poll() returns at the first record.
         first = self.consumer.poll(wait)
+        self._work_began = time.monotonic()
         return [first, *self.consumer.consume(_CONSUME_BATCH - 1, 0)] if first is not None else []
 
     def _due(self, backlog: bool) -> bool:
@@ -443,11 +456,12 @@ class ShardCopier:
             produced += 1
             if st.beyond(st.next):
                 self._finish(st)
+        producer.poll(0)
         if produced:
             self._txn_records += produced
+            self._txn_busy += time.monotonic() - self._work_began
             if self._txn_started is None:
-                self._txn_started = time.monotonic()
-        producer.poll(0)
+                self._txn_started = self._work_began
 
     def _finish(self, st: _PartitionState) -> None:
         if st.done:
@@ -539,7 +553,9 @@ class ShardCopier:
                 producer.commit_transaction(60)
         elif offsets:
             self.group.commit(offsets=offsets, asynchronous=False)
-        self._txn_started, self._txn_records, self._txn_begun = None, 0, False
+        if self._txn_records:
+            self._record_cost = _moving_average(self._record_cost, self._txn_busy / self._txn_records)
+        self._txn_started, self._txn_records, self._txn_begun, self._txn_busy = None, 0, False, 0.0
         self._committed = True
         ended = time.monotonic()
         cost = ended - entered
@@ -649,6 +665,12 @@ def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
 def _moving_average(average: float, sample: float) -> float:
     """Recent samples weigh most; 0 means no sample yet."""
     return sample if not average else 0.7 * average + 0.3 * sample
+
+
+def commit_stretch(commit_cost: float, load: float) -> float:
+    """The shortest transaction that leaves the loop `load` (0..1) of its time for producing when each
+    commit takes `commit_cost` seconds: producing T out of every T + commit_cost."""
+    return commit_cost * load / (1.0 - load)
 
 
 def is_backlog(waiting: int, rate: float) -> bool:
