@@ -35,6 +35,7 @@ see delayproxy.py; the sandbox's target needs `proxied_target=True`):
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -307,8 +308,20 @@ class ChaosRun:
             assert trickle.error is None, f"trickle writer failed: {trickle.error!r}"
             ends = end_offsets(box.source.bootstrap, self.topic, self.partitions)
             want = {(self.topic, p): ends[p] for p in range(self.partitions)}
-            wait_until(lambda: fake_group_offsets(box.target.bootstrap, self.group) == want, 900,
-                       "the fake group to reach the source end", proc, interval=2.0)
+            try:
+                wait_until(lambda: fake_group_offsets(box.target.bootstrap, self.group) == want, 900,
+                           "the fake group to reach the source end", proc, interval=2.0)
+            except AssertionError as e:
+                # What differed, read again now: a stale read, a moved source end and a group short of
+                # it are three different failures.
+                seen = {}
+                with contextlib.suppress(Exception):
+                    seen = fake_group_offsets(box.target.bootstrap, self.group)
+                now = {}
+                with contextlib.suppress(Exception):
+                    now = end_offsets(box.source.bootstrap, self.topic, self.partitions)
+                raise AssertionError(f"{e}\nfake group now: {sorted(seen.items())}\nsource end when the copiers "
+                                     f"ended: {sorted(want.items())}\nsource end now: {sorted(now.items())}") from None
             assert proc.sigterm(timeout=180) == 0
             target_ends = end_offsets(box.target.bootstrap, self.topic, self.partitions)
             wait_until(lambda: reader.caught_up_to(target_ends), 300, "the concurrent reader to catch up")
