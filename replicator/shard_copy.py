@@ -37,6 +37,7 @@ from typing import Protocol
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
 from replicator import kafka_clients, transactional_ids
+from replicator.bounded_call import BoundedCaller
 from replicator.client_errors import Outcome, classify, transient
 from replicator.config import ReplicatorConfig
 from replicator.groups import index
@@ -180,6 +181,7 @@ class ShardCopier:
         self.provenance = self._provenance(key) if cfg.provenance_header else None
         self.index_partitions = self._index_partitions(key) if cfg.translation_index and cfg.exactly_once else 0
         self.stats = CopyStats()
+        self._bounded = BoundedCaller(f"shard-{shard}")  # the transaction calls librdkafka may not end
         self._link: DriverLink | None = None
         self._reported = time.monotonic()
         # The open transaction: when its first change was made, its records, whether Kafka's began.
@@ -548,9 +550,11 @@ class ShardCopier:
                 if not self._txn_begun:
                     producer.begin_transaction()
                     self._txn_begun = True
-                producer.send_offsets_to_transaction(offsets, self.group.consumer_group_metadata(), 60)
+                group = self.group.consumer_group_metadata()
+                self._bounded.call(producer, "send_offsets_to_transaction",
+                                   lambda: producer.send_offsets_to_transaction(offsets, group, 60), 60)
             if self._txn_begun:
-                producer.commit_transaction(60)
+                self._bounded.call(producer, "commit_transaction", lambda: producer.commit_transaction(60), 60)
         elif offsets:
             self.group.commit(offsets=offsets, asynchronous=False)
         if self._txn_records:
