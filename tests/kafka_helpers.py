@@ -62,6 +62,24 @@ def end_offsets(bootstrap: str, topic: str, partitions: int, committed: bool = T
     return {tp.partition: f.result().offset for tp, f in admin.list_offsets(req, isolation_level=level).items()}
 
 
+def settled_end_offsets(bootstrap: str, topic: str, partitions: int, timeout: float = 300.0) -> dict[int, int]:
+    """The read_committed end once it is final: no transaction open or still being completed.
+
+    commit_transaction() returns once the commit is decided; the markers that move the last stable
+    offset land after it. An end read right after the writers stopped could miss their last
+    transaction, which the replicator then copied "beyond the end" (a 900 s timeout in the chaos
+    harness's wait for the fake group, 2026-11-25)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        committed = end_offsets(bootstrap, topic, partitions)
+        if committed == end_offsets(bootstrap, topic, partitions, committed=False):
+            return committed
+        if time.monotonic() >= deadline:
+            raise AssertionError(f"{topic}: transactions still open after {timeout:.0f} s: last stable "
+                                 f"offsets {committed}")
+        time.sleep(0.5)
+
+
 def record_view(m) -> tuple:
     """What must survive replication: key, value, headers (order, duplicates) and timestamp."""
     return (m.key(), m.value(), tuple(m.headers() or ()), m.timestamp()[1])

@@ -52,7 +52,7 @@ from tests.chaos import netfault, roles
 from tests.chaos.delayproxy import WanLink
 from tests.chaos.reader import ConcurrentReader
 from tests.chaos.workload import Copiers, Trickle, verifiable_produce
-from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets
+from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets, settled_end_offsets
 from tests.replicator_process import ReplicatorProcess, wait_until
 
 TRANSACTION_TIMEOUT_MS = 6_000
@@ -306,7 +306,7 @@ class ChaosRun:
             trickle.stop.set()
             trickle.join(300)
             assert trickle.error is None, f"trickle writer failed: {trickle.error!r}"
-            ends = end_offsets(box.source.bootstrap, self.topic, self.partitions)
+            ends = settled_end_offsets(box.source.bootstrap, self.topic, self.partitions)
             want = {(self.topic, p): ends[p] for p in range(self.partitions)}
             try:
                 wait_until(lambda: fake_group_offsets(box.target.bootstrap, self.group) == want, 900,
@@ -320,8 +320,9 @@ class ChaosRun:
                 now = {}
                 with contextlib.suppress(Exception):
                     now = end_offsets(box.source.bootstrap, self.topic, self.partitions)
-                raise AssertionError(f"{e}\nfake group now: {sorted(seen.items())}\nsource end when the copiers "
-                                     f"ended: {sorted(want.items())}\nsource end now: {sorted(now.items())}") from None
+                raise AssertionError(f"{e}\nfake group now: {sorted(seen.items())}\nsource end when the "
+                                     f"writers were done: {sorted(want.items())}\nsource end now: "
+                                     f"{sorted(now.items())}") from None
             assert proc.sigterm(timeout=180) == 0
             target_ends = end_offsets(box.target.bootstrap, self.topic, self.partitions)
             wait_until(lambda: reader.caught_up_to(target_ends), 300, "the concurrent reader to catch up")

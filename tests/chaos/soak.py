@@ -31,7 +31,7 @@ import psutil
 from replicator.sandbox import classpath
 from tests.chaos.scenario import BIN, TRANSACTION_TIMEOUT_MS, ChaosRun
 from tests.chaos.workload import Trickle
-from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets
+from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets, settled_end_offsets
 from tests.replicator_process import ReplicatorProcess, stop_with_parent, wait_until
 
 SOAK_FAULTS = ("pause", "target-bounce", "kill", "target-pause", "term", "zombie")
@@ -164,7 +164,7 @@ class SoakRun(ChaosRun):
             trickle.stop.set()
             trickle.join(300)
             assert trickle.error is None, f"trickle writer failed: {trickle.error!r}"
-            ends = end_offsets(box.source.bootstrap, self.topic, self.partitions)
+            ends = settled_end_offsets(box.source.bootstrap, self.topic, self.partitions)
             result.produced = sum(ends.values())
             want = {(self.topic, p): ends[p] for p in range(self.partitions)}
             wait_until(lambda: fake_group_offsets(box.target.bootstrap, self.group) == want, 900,
