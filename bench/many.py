@@ -15,7 +15,7 @@ import threading
 import time
 from dataclasses import asdict, dataclass
 
-from confluent_kafka import Consumer, TopicPartition
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bench import kafka_ops
 from bench.contenders import Contender, Job
@@ -67,7 +67,11 @@ class Counter(threading.Thread):
             while not self.stop_flag.is_set():
                 if time.monotonic() >= next_scan:
                     next_scan = time.monotonic() + 1.0
-                    new = [t for name, t in c.list_topics(timeout=10).topics.items()
+                    try:
+                        topics = c.list_topics(timeout=10).topics
+                    except KafkaException:  # a busy broker with 5,000 partitions: scan again
+                        topics = {}
+                    new = [t for name, t in topics.items()
                            if name.startswith(self.prefix) and name not in assigned and t.error is None
                            and t.partitions]
                     if new:
