@@ -80,9 +80,7 @@ class Counter(threading.Thread):
                 if not assigned:
                     self.stop_flag.wait(0.2)
                     continue
-                first = c.poll(0.1)  # consume(n, timeout) would wait out the timeout for n records
-                msgs = [first, *c.consume(10_000, 0)] if first is not None else []
-                got = sum(1 for m in msgs if m.error() is None)
+                got = sum(1 for m in kafka_ops.arrived(c, 0.1) if m.error() is None)
                 self.count += got
                 if self.done_at is None and self.count >= self.expected:
                     self.done_at = time.monotonic()

@@ -49,11 +49,7 @@ class Watcher(threading.Thread):
         c.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
         try:
             while not self.stop_flag.is_set():
-                # consume(n, timeout) waits for n records or the timeout: at any steady rate that
-                # held every record up to 50 ms (25 ms on average) before it was timed. poll() returns
-                # at the first one, and the rest already fetched come without waiting.
-                first = c.poll(0.05)
-                msgs = [first, *c.consume(10_000, 0)] if first is not None else []
+                msgs = kafka_ops.arrived(c, 0.05)
                 now = time.time()
                 for m in msgs:
                     if m.error() is not None:

@@ -62,9 +62,6 @@ class BoundedCaller:
         self._pool.shutdown(wait=False)
         self._pool = self._new_pool()
 
-    def close(self) -> None:
-        self._pool.shutdown(wait=False)
-
 
 def stuck_calls() -> int:
     """Abandoned calls that have not returned yet."""

@@ -301,8 +301,11 @@ class ShardCopier:
                 # after resume() in librdkafka 2.16 (measured: every third micro-batch).
                 self.consumer.resume(self.consumer.assignment())
                 self.consumer.unassign()
-                self._txn_started, self._txn_records, self._txn_begun, self._txn_busy = None, 0, False, 0.0
+                self._clear_txn()
                 del producer
+
+    def _clear_txn(self) -> None:
+        self._txn_started, self._txn_records, self._txn_begun, self._txn_busy = None, 0, False, 0.0
 
     def _new_producer(self) -> Producer:
         if not self.cfg.exactly_once:
@@ -559,7 +562,7 @@ class ShardCopier:
             self.group.commit(offsets=offsets, asynchronous=False)
         if self._txn_records:
             self._record_cost = _moving_average(self._record_cost, self._txn_busy / self._txn_records)
-        self._txn_started, self._txn_records, self._txn_begun, self._txn_busy = None, 0, False, 0.0
+        self._clear_txn()
         self._committed = True
         ended = time.monotonic()
         cost = ended - entered
