@@ -391,7 +391,10 @@ class ShardCopier:
         age = time.monotonic() - self._txn_started
         if self._txn_records >= self.cfg.max_records_per_transaction or age >= self.cfg.max_transaction_seconds:
             return True
-        return not backlog and age >= self._interval()
+        # A task's first transaction (and the first after a failure) ends at the interval even in a
+        # backlog: it makes a restart visible on the target at once instead of a full transaction
+        # (max_transaction_seconds) later, and it measures the copy rate the stretch needs.
+        return (not backlog or not self._committed) and age >= self._interval()
 
     def _changed(self, st: _PartitionState) -> None:
         st.dirty = True

@@ -27,9 +27,13 @@ log = logging.getLogger(__name__)
 
 # The driver JVM only plans epochs and hosts task threads in local mode: records never cross it
 # (spark_source). A 1 GiB G1 heap made it the largest process of the tree for nothing; serial GC
-# has no GC worker threads and its heap grows only as far as it is used.
+# has no GC worker threads and its heap grows only as far as it is used. The JVM's own work is
+# start-up (class loading, Catalyst analysis, the first plans) and then a plan every few minutes:
+# C2's optimising compiles never pay back there, and on a small pod they compete with the start
+# for the cores. C1 alone took the JVM's CPU to a restarted job's first copied record from 6.8-8.2 s
+# to 3.9-4.4 s and that restart from 14.0 s to 9.5 s (medians of 6, BENCHMARKS.md).
 _DRIVER_MEMORY = "512m"
-_JVM_OPTIONS = "-XX:+UseSerialGC -Xms32m -XX:ReservedCodeCacheSize=64m"
+_JVM_OPTIONS = "-XX:+UseSerialGC -Xms32m -XX:ReservedCodeCacheSize=64m -XX:TieredStopAtLevel=1"
 
 _ARCHIVE_LOGS = "-Xlog:cds*=off -Xlog:class+path=off"  # "skipping signed JAR" and mismatch notes
 # A clean stop of a recording run waits this long at most for the JVM to write the archive (seconds
