@@ -87,6 +87,9 @@ class ReplicatorConfig:
     offsets_refresh_interval_seconds: float = 86_400.0
     replication_factor: int = -1
     sync_topic_configs: bool = True
+    # A sync describes every replicated topic's configs on both clusters: at 625 topics 260 ms of
+    # CPU, which every 10 s was a fifth of an idle job's cost (MirrorMaker 2 syncs every 10 minutes).
+    sync_topic_configs_interval_seconds: float = 60.0
     config_sync_exclude: tuple[str, ...] = ()
     provenance_header: bool = False
     # Exact source->target offset entries written in each copy transaction (consumer-group failover).
@@ -343,6 +346,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "offsets_refresh_interval_seconds": _positive_float,
     "replication_factor": lambda k, v: -1 if str(v) == "-1" else _positive_int(k, v, 1, 32767),
     "sync_topic_configs": _boolean,
+    "sync_topic_configs_interval_seconds": _positive_float,
     "config_sync_exclude": _regex_list,
     "provenance_header": _boolean,
     "translation_index": _boolean,

@@ -20,13 +20,16 @@ from replicator import spark_session as session
 from replicator.config import ReplicatorConfig
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
-from replicator.lag import partition_lags
+from replicator.lag import LagReader, LagUnavailable, partition_lags
 from replicator.offsets import read_group
 from replicator.spark_session import spark_session
 from replicator.task_control import ControlServer
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
+# A lookup that waits longer (a topic deleted between the selection and the lookup: the client
+# retries its unknown partitions) only delays the progress line; the next one asks again.
+LAG_LOOKUP_TIMEOUT_S = 10.0
 # Spark gives each Python worker it spawns on its own (not through the worker daemon) 10 s to
 # connect back, hard-coded in PythonWorkerFactory.createSimpleWorker (Spark 4.x, no setting). The
 # streaming source's runner is such a worker, started with every query: on a crowded machine its
@@ -125,7 +128,11 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
         fence_previous_layouts(cfg)
     except transactional_ids.FenceError as e:
         raise RuntimeFailure(str(e)) from None
-    for lag in partition_lags(cfg, source, target, mappings):
+    try:
+        lags = partition_lags(cfg, mappings)
+    except LagUnavailable as e:
+        raise RuntimeFailure(f"reading the offsets group {cfg.group!r} and the source's ends failed: {e}") from None
+    for lag in lags:
         if lag.committed > lag.source_end:
             raise RuntimeFailure(
                 f"the offsets group {cfg.group!r} on the target says {lag.target_topic}[{lag.partition}] is "
@@ -307,9 +314,9 @@ class Replicator:
 
     def _watch(self) -> None:
         source, target = kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg)
-        reader = kafka_clients.group_reader(self.cfg)
+        lag_reader: LagReader | None = None
         next_progress, last_records = time.monotonic() + PROGRESS_INTERVAL_S, 0
-        next_config_sync = time.monotonic() + self.cfg.refresh_topics_interval_seconds
+        next_config_sync = time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
         while self.query.isActive:
             if self.stop_requested.is_set():
                 self._stop_query()
@@ -332,11 +339,15 @@ class Replicator:
                         self.stats.end_running_batches()
                     self.mappings = mappings
                     next_config_sync = self._sync_configs(source, target, next_config_sync)
-                    lags = partition_lags(self.cfg, source, target, self.mappings, reader)
+                    lag_reader = lag_reader or LagReader(self.cfg, LAG_LOOKUP_TIMEOUT_S)
+                    lags = lag_reader.lags(self.mappings)
                     lag = sum(x.records for x in lags)
                 except KafkaException as e:
                     lag, lags = -1, []
                     log.warning("lag lookup failed: %s", e.args[0].str())
+                except LagUnavailable as e:
+                    lag, lags = -1, []
+                    log.warning("lag lookup failed: %s", e)
                 for o in self.observers:
                     o.on_lag(lags)
                 rate = (self.stats.records - last_records) / PROGRESS_INTERVAL_S
@@ -345,7 +356,8 @@ class Replicator:
                          self.stats.records, rate, lag, len(lags), self.stats.batches,
                          extra={"records_total": self.stats.records, "lag_records": lag})
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
-        reader.close()
+        if lag_reader is not None:
+            lag_reader.close()
         error = self.query.exception()
         if error is not None and not self.stop_requested.is_set():
             cause = _root_cause(error)
@@ -354,16 +366,16 @@ class Replicator:
             raise RuntimeFailure(f"the streaming query failed: {cause}")
 
     def _sync_configs(self, source, target, due: float) -> float:
-        """Source topic config changes reach the target every refresh_topics_interval_seconds, while
-        shard tasks run (for minutes: the planner only runs between batches); returns when the next
-        sync is due."""
+        """Source topic config changes reach the target every sync_topic_configs_interval_seconds,
+        while shard tasks run (for minutes: the planner only runs between batches); returns when the
+        next sync is due."""
         if not self.cfg.sync_topic_configs or time.monotonic() < due:
             return due
         try:
             topic_sync.sync_configs(self.cfg, source, target, self.mappings)
         except KafkaException as e:  # drift is retried at the next sync; records keep flowing
             log.warning("topic config sync failed: %s", e.args[0].str())
-        return time.monotonic() + self.cfg.refresh_topics_interval_seconds
+        return time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
 
     def _promoted(self, target) -> bool:
         try:

@@ -7,13 +7,11 @@ import dataclasses
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, TopicPartition
-from confluent_kafka.admin import AdminClient, OffsetSpec
+from confluent_kafka import KafkaError, TopicPartition
 
 from replicator import kafka_clients
 from replicator.config import ReplicatorConfig
-from replicator.kafka_clients import group_reader
-from replicator.offsets import read_group
+from replicator.kafka_python_clients import client_settings
 from replicator.topic_sync import TopicMapping
 
 
@@ -24,7 +22,7 @@ class PartitionLag:
     partition: int
     source_end: int  # last stable offset (read_committed end) of the source partition
     committed: int  # next source offset the fake group says to copy; -1 when nothing yet
-    log_start: int
+    log_start: int  # looked up only where it decides the lag: committed == -1 (0 elsewhere)
     # Timestamp of the oldest committed source record not yet replicated: -1 when there is none
     # (caught up, or only markers and aborted records remain), None when not looked up.
     oldest_timestamp_ms: int | None = None
@@ -48,29 +46,89 @@ class PartitionLag:
         return max(0.0, (time.time() if now is None else now) - self.oldest_timestamp_ms / 1000)
 
 
-def partition_lags(cfg: ReplicatorConfig, source: AdminClient, target: AdminClient,
-                   mappings: list[TopicMapping], reader: Consumer | None = None) -> list[PartitionLag]:
-    """`reader`: a `group_reader` the caller keeps between lookups (a running job asks every few
-    seconds; a new client would open new connections to every target broker each time)."""
-    tps = [(m.source, m.target, p) for m in mappings for p in range(m.partitions)]
-    if not tps:
+class LagUnavailable(RuntimeError):
+    """A cluster did not answer a lag lookup; the message says which call and why."""
+
+
+class LagReader:
+    """Lag lookups with clients kept between them (a running job asks every few seconds).
+
+    Three list requests answer a lookup whatever the partition count: the source's last stable
+    offsets, the fake group's committed offsets and, only for partitions the group has never
+    committed, the source's log starts. kafka-python, not confluent-kafka: its per-partition futures
+    cost ~500 ms of CPU per lookup at 5,000 partitions against ~50 ms here, which was most of an idle
+    job's CPU (BENCHMARKS.md). The group is read without require_stable: a transaction's offsets
+    count once it committed, when its records are visible.
+    """
+
+    def __init__(self, cfg: ReplicatorConfig, timeout_s: float = 30.0) -> None:
+        from kafka import KafkaAdminClient
+
+        self.group = cfg.group
+        self._source = self._target = None
+        # (source topic, partitions) the source client has looked up; None: a new client, nothing yet
+        self._shape: set[tuple[str, int]] | None = None
+
+        def settings(role: str) -> dict:
+            return {**client_settings(cfg.client_properties(role), getattr(cfg, f"{role}_bootstrap_servers")),
+                    "request_timeout_ms": int(timeout_s * 1000), "bootstrap_timeout_ms": int(timeout_s * 1000)}
+
+        self._settings = settings
+        try:
+            self._source = self._new_source()
+            self._target = KafkaAdminClient(**settings("target"))
+        except Exception as e:  # noqa: BLE001 - kafka-python's errors: the lookup is unavailable, nothing more
+            self.close()
+            raise LagUnavailable(f"cannot reach the {'target' if self._source else 'source'} cluster: {e}") from None
+
+    def _new_source(self):
+        from kafka import KafkaConsumer
+
+        return KafkaConsumer(**self._settings("source"), group_id=None, enable_auto_commit=False,
+                             isolation_level="read_committed")
+
+    def lags(self, mappings: list[TopicMapping]) -> list[PartitionLag]:
+        from kafka import TopicPartition as Tp
+
+        tps = [(m.source, m.target, p) for m in mappings for p in range(m.partitions)]
+        if not tps:
+            return []
+        try:
+            shape = {(m.source, m.partitions) for m in mappings}
+            if shape != self._shape:
+                # kafka-python's consumer keeps asking for the metadata of every topic it was ever
+                # asked about (a deleted one logs an error at every refresh) and answers a partition
+                # it has no metadata for yet with a KeyError: a new client for a new topic set.
+                if self._shape is not None:
+                    self._source.close()
+                    self._source = self._new_source()
+                self._shape = shape
+            ends = self._source.end_offsets([Tp(s, p) for s, _, p in tps])
+            offsets = self._target.list_group_offsets({self.group: [Tp(t, p) for _, t, p in tps]}).get(self.group, {})
+            committed = {(tp.topic, tp.partition): o.offset for tp, o in offsets.items()}
+            never = [Tp(s, p) for s, t, p in tps if committed.get((t, p), -1) < 0]
+            starts = self._source.beginning_offsets(never) if never else {}
+            return [PartitionLag(s, t, p, ends[Tp(s, p)], committed.get((t, p), -1), starts.get(Tp(s, p), 0))
+                    for s, t, p in tps]
+        except Exception as e:  # noqa: BLE001 - kafka-python raises KeyError too (test_topics); the job copies on
+            self._shape = set()  # never equal to a real shape: the next lookup starts with a new client
+            raise LagUnavailable(f"{type(e).__name__}: {e}") from None
+
+    def close(self) -> None:
+        for client in (self._source, self._target):
+            if client is not None:
+                client.close()
+
+
+def partition_lags(cfg: ReplicatorConfig, mappings: list[TopicMapping]) -> list[PartitionLag]:
+    """One lookup with clients of its own (`LagReader` keeps them between lookups)."""
+    if not mappings:
         return []
-    req = {TopicPartition(s, p): OffsetSpec.latest() for s, _, p in tps}
-    ends = {(tp.topic, tp.partition): f.result().offset for tp, f in
-            source.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED, request_timeout=30).items()}
-    req = {TopicPartition(s, p): OffsetSpec.earliest() for s, _, p in tps}
-    starts = {(tp.topic, tp.partition): f.result().offset for tp, f in
-              source.list_offsets(req, request_timeout=30).items()}
-    own = reader is None
-    reader = reader or group_reader(cfg)
+    reader = LagReader(cfg)
     try:
-        committed = read_group(reader, {m.target for m in mappings})
+        return reader.lags(mappings)
     finally:
-        if own:
-            reader.close()
-    return [PartitionLag(s, t, p, ends[(s, p)],
-                         committed[(t, p)].offset if (t, p) in committed else -1, starts[(s, p)])
-            for s, t, p in tps]
+        reader.close()
 
 
 def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 10.0) -> list[PartitionLag]:

@@ -57,9 +57,9 @@ def lag(config_file: str | None, fmt: str, max_lag: int | None, max_lag_seconds:
     configuration, 3 a cluster unreachable."""
     cfg = _load_config(config_file, flags)
     from replicator import kafka_clients
-    from replicator.lag import partition_lags, with_ages
+    from replicator.lag import LagUnavailable, partition_lags, with_ages
 
-    source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
+    source = kafka_clients.source_admin(cfg)
     try:
         mappings = _mappings(cfg, source)
     except KafkaException as e:
@@ -67,9 +67,12 @@ def lag(config_file: str | None, fmt: str, max_lag: int | None, max_lag_seconds:
                    f"{e.args[0].str()}", err=True)
         sys.exit(EXIT_UNREACHABLE)
     try:
-        lags = with_ages(cfg, partition_lags(cfg, source, target, mappings))
+        lags = with_ages(cfg, partition_lags(cfg, mappings))
     except KafkaException as e:
         click.echo(f"error: cannot compute the lag: {e.args[0].str()}", err=True)
+        sys.exit(EXIT_UNREACHABLE)
+    except LagUnavailable as e:
+        click.echo(f"error: cannot compute the lag: {e}", err=True)
         sys.exit(EXIT_UNREACHABLE)
     now = time.time()
     rows = _rows(lags, now)

@@ -59,7 +59,7 @@ def listed(cfg: ReplicatorConfig, names: Iterable[str]) -> list[str]:
     """
     from kafka import KafkaAdminClient
 
-    from replicator.verify import client_settings
+    from replicator.kafka_python_clients import client_settings
 
     names = sorted(set(names))
     admin = KafkaAdminClient(**client_settings(cfg.client_properties("target"), cfg.target_bootstrap_servers))

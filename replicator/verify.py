@@ -32,13 +32,13 @@ from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Any
 
 import click
 
 from replicator import transactional_ids
 from replicator.cli import _load_config, connection_options
 from replicator.config import ReplicatorConfig
+from replicator.kafka_python_clients import client_settings
 from replicator.offsets import CommitMetadata
 from replicator.replication_policy import policy_for
 from replicator.topic_filter import TopicFilter
@@ -46,31 +46,8 @@ from replicator.topic_filter import TopicFilter
 STALL_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 30.0  # how long --quiesced waits for transaction markers still being written
 _OPEN_STATES = ("Ongoing", "PrepareCommit", "PrepareAbort", "PrepareEpochFence")
-# librdkafka property -> kafka-python setting; the rest (tuning) has no meaning for the audit.
-_CLIENT_KEYS = {
-    "security.protocol": "security_protocol",
-    "sasl.mechanism": "sasl_mechanism",
-    "sasl.mechanisms": "sasl_mechanism",
-    "sasl.username": "sasl_plain_username",
-    "sasl.password": "sasl_plain_password",
-    "ssl.ca.location": "ssl_cafile",
-    "ssl.certificate.location": "ssl_certfile",
-    "ssl.key.location": "ssl_keyfile",
-    "ssl.key.password": "ssl_password",
-    "client.id": "client_id",
-}
-
-
 class VerifyError(RuntimeError):
     """The audit itself could not run (unreachable cluster, stalled read): exit code 1."""
-
-
-def client_settings(props: Mapping[str, str], bootstrap: str) -> dict[str, Any]:
-    out: dict[str, Any] = {"bootstrap_servers": bootstrap.split(","), "request_timeout_ms": 30_000}
-    for key, value in props.items():
-        if key in _CLIENT_KEYS:
-            out[_CLIENT_KEYS[key]] = value.upper() if key == "security.protocol" else value
-    return out
 
 
 def digest(key: bytes | None, value: bytes | None, headers: Iterable[tuple[str, bytes | None]] | None,

@@ -170,16 +170,18 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
     marker; reports zero loss (every source record below the source's end is on the target)."""
     from replicator import kafka_clients, topic_sync
     from replicator.groups.sync import GroupSync
-    from replicator.lag import partition_lags
+    from replicator.lag import LagReader
 
     cfg = _load_config(config_file, flags)
+    lag_reader = None
     try:
-        source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
+        source = kafka_clients.source_admin(cfg)
+        lag_reader = LagReader(cfg)
         sync = GroupSync(cfg)
         deadline, statuses, lags, stable = time.monotonic() + timeout, [], [], 0
         while True:
             mappings = topic_sync.mappings_for(cfg, topic_sync.discover(cfg, source))
-            lags = partition_lags(cfg, source, target, mappings)
+            lags = lag_reader.lags(mappings)
             statuses = sync.run_once()
             caught_up = all(x.records == 0 for x in lags) and all(s.ahead == 0 for s in statuses)
             stable = stable + 1 if caught_up else 0
@@ -198,6 +200,9 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
             x.source_end for x in lags if x.source_topic == c.source_topic and x.partition == c.partition)]
     except (KafkaException, RuntimeError) as e:
         _fail(str(e))
+    finally:
+        if lag_reader is not None:
+            lag_reader.close()
     doc = {"fenced_shards": fenced, "marker": json.loads(marker.to_json()), "lost_partitions": len(lost),
            "groups": [s.to_dict() for s in statuses]}
     _emit(fmt, doc, [f"switched over: {fenced} shard ids fenced, marker written, "

@@ -31,7 +31,8 @@ from tests.replicator_process import BIN, ReplicatorProcess, wait_until
 
 # CreateTime an hour old: a target stamping LogAppendTime would show it (and retention keeps it).
 BASE_TS = int(time.time() * 1000) - 3_600_000
-FAST_REFRESH = {"REPLICATOR_REFRESH_TOPICS_INTERVAL_SECONDS": "2"}
+FAST_REFRESH = {"REPLICATOR_REFRESH_TOPICS_INTERVAL_SECONDS": "2",
+                "REPLICATOR_SYNC_TOPIC_CONFIGS_INTERVAL_SECONDS": "2"}
 
 
 def _admin(bootstrap: str) -> AdminClient:
