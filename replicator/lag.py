@@ -47,7 +47,12 @@ class PartitionLag:
 
 
 class LagUnavailable(RuntimeError):
-    """A cluster did not answer a lag lookup; the message says which call and why."""
+    """A cluster did not answer a lag lookup; the message says which call and why. `retriable`: the
+    cluster said "not now" (a coordinator loading, a leader moving), not "no"."""
+
+    def __init__(self, message: str, retriable: bool = False) -> None:
+        super().__init__(message)
+        self.retriable = retriable
 
 
 class LagReader:
@@ -112,7 +117,7 @@ class LagReader:
                     for s, t, p in tps]
         except Exception as e:  # noqa: BLE001 - kafka-python raises KeyError too (test_topics); the job copies on
             self._shape = set()  # never equal to a real shape: the next lookup starts with a new client
-            raise LagUnavailable(f"{type(e).__name__}: {e}") from None
+            raise LagUnavailable(f"{type(e).__name__}: {e}", bool(getattr(e, "retriable", False))) from None
 
     def close(self) -> None:
         for client in (self._source, self._target):
@@ -120,13 +125,22 @@ class LagReader:
                 client.close()
 
 
-def partition_lags(cfg: ReplicatorConfig, mappings: list[TopicMapping]) -> list[PartitionLag]:
-    """One lookup with clients of its own (`LagReader` keeps them between lookups)."""
+def partition_lags(cfg: ReplicatorConfig, mappings: list[TopicMapping], timeout_s: float = 60.0
+                   ) -> list[PartitionLag]:
+    """One lookup with clients of its own (`LagReader` keeps them between lookups), retried while the
+    clusters answer "not now": a new cluster has no group coordinator until __consumer_offsets exists."""
     if not mappings:
         return []
+    deadline = time.monotonic() + timeout_s
     reader = LagReader(cfg)
     try:
-        return reader.lags(mappings)
+        while True:
+            try:
+                return reader.lags(mappings)
+            except LagUnavailable as e:
+                if not e.retriable or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.5)
     finally:
         reader.close()
 
