@@ -7,7 +7,7 @@ import re
 import time
 
 from confluent_kafka import Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
 from replicator import config, kafka_clients, shard_copy, topic_sync
 from replicator.groups.index_topic import ensure_index_topic
@@ -44,18 +44,34 @@ def _compacted_source(bootstrap: str, topic: str) -> None:
         producer.flush(30)
         time.sleep(0.3)  # the next wave rolls the segment (segment.ms), making this one cleanable
     deadline = time.monotonic() + 120
-    while True:
-        consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False,
-                             "enable.partition.eof": True})
-        survivors = len(read_records(consumer, topic, 0, 0))
-        consumer.close()
-        if survivors < 1000:
-            return
+    while _survivors(bootstrap, topic) >= 1000:
         if time.monotonic() > deadline:
             raise AssertionError(f"the log cleaner did not compact {topic} within 120s")
         producer.produce(topic, value=b"roll", key=b"roll", partition=0, timestamp=base + 9_000)
         producer.flush(30)
         time.sleep(2)
+    # The test compares the copy with the source read afterwards: a cleaner still at work then would
+    # remove records the copy holds (a clean-clone `make test` saw exactly that). No more cleaning.
+    resource = ConfigResource(ConfigResource.Type.TOPIC, topic, incremental_configs=[
+        ConfigEntry("min.cleanable.dirty.ratio", "0.99", incremental_operation=AlterConfigOpType.SET),
+        ConfigEntry("segment.ms", "604800000", incremental_operation=AlterConfigOpType.SET)])
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    admin.incremental_alter_configs([resource])[resource].result(timeout=30)
+    last = -1
+    while (now := _survivors(bootstrap, topic)) != last:  # a cleaning already under way ends
+        if time.monotonic() > deadline + 60:
+            raise AssertionError(f"the log cleaner did not settle on {topic}")
+        last = now
+        time.sleep(3)
+
+
+def _survivors(bootstrap: str, topic: str) -> int:
+    consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": "t", "enable.auto.commit": False,
+                         "enable.partition.eof": True})
+    try:
+        return len(read_records(consumer, topic, 0, 0))
+    finally:
+        consumer.close()
 
 
 def test_translation_is_exact_at_every_kind_of_position(sandbox, unique, monkeypatch):
