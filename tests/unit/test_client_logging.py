@@ -50,3 +50,21 @@ def test_a_broker_that_stays_down_is_one_line_per_window_not_a_flood():
     f._last = {k: (when - 61, n) for k, (when, n) in f._last.items()}  # the window has passed
     r = rec(connect.format(1, 0))
     assert f.filter(r) and "49 more like it" in r.getMessage()
+
+
+def test_kafka_pythons_slow_step_notes_are_not_operator_warnings(caplog):
+    import logging
+
+    from replicator import logs
+
+    logs.configure("text", "INFO")
+    selector = logging.getLogger("kafka.net.selector")
+    with caplog.at_level(logging.WARNING):
+        selector.addHandler(caplog.handler)
+        try:
+            selector.warning("Task <kafka.net.selector.Task object at 0x7f> ran for 0.541s (>0.100s threshold). "
+                             "It is blocking the event loop -- likely a tight sync loop inside a coroutine.")
+            selector.warning("Selector got READ event without reader...")
+        finally:
+            selector.removeHandler(caplog.handler)
+    assert [r.getMessage() for r in caplog.records] == ["Selector got READ event without reader..."]
