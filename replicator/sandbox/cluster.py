@@ -338,7 +338,7 @@ class Sandbox:
                  source_tv: int | None = None, target_tv: int | None = None,
                  port_shift: int | None = None, secure: str | tuple[str, str] = "plaintext",
                  source_version: str | None = None, target_version: str | None = None,
-                 brokers: int | None = None, proxied_target: bool = False) -> None:
+                 brokers: int | None = None, proxied_target: bool = False, heap: str | None = None) -> None:
         root = self.root = root or default_root()
         shift = _port_shift() if port_shift is None else port_shift
         modes = security_modes(root, secure)
@@ -355,10 +355,11 @@ class Sandbox:
             self.target = MultiBrokerCluster("target", TARGET_PORT + shift, root, target_version or version,
                                              target_tv, self.brokers, proxied=proxied_target)
             return
+        sized = {"heap": heap} if heap else {}
         self.source = KafkaCluster("source", SOURCE_PORT + shift, root, source_version or version, source_tv,
-                                   security=material["source"])
+                                   security=material["source"], **sized)
         self.target = KafkaCluster("target", TARGET_PORT + shift, root, target_version or version, target_tv,
-                                   security=material["target"], proxied=proxied_target)
+                                   security=material["target"], proxied=proxied_target, **sized)
 
     @property
     def clusters(self) -> tuple[KafkaCluster, KafkaCluster]:
