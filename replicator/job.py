@@ -316,6 +316,10 @@ class Replicator:
         source, target = kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg)
         lag_reader: LagReader | None = None
         next_progress, last_records = time.monotonic() + PROGRESS_INTERVAL_S, 0
+        # Topic discovery (and the promotion check riding on it) reads the full metadata of both
+        # clusters: at 5,000 partitions that was most of an idle driver's CPU when it ran with every
+        # progress line; it keeps its own, documented interval (refresh_topics_interval_seconds).
+        next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
         next_config_sync = time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
         while self.query.isActive:
             if self.stop_requested.is_set():
@@ -325,20 +329,19 @@ class Replicator:
                 self.query.awaitTermination(0.5)
             except StreamingQueryException:
                 break  # reported below from query.exception(), as a one-line cause
-            if time.monotonic() >= next_progress:
+            if time.monotonic() >= next_discovery:
                 if self._promoted(target):
                     self._stop_query()
                     break
                 try:
-                    selected, skipped = topic_sync.selection(self.cfg, source)
-                    self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
-                    mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
-                    if mappings != self.mappings:  # a new topic may keep records longer than the index does
-                        ensure_index_topic(self.cfg, target, [m.target for m in mappings])
-                        # New topics and partitions join at a batch boundary: make one now.
-                        self.stats.end_running_batches()
-                    self.mappings = mappings
+                    self._discover(source, target)
                     next_config_sync = self._sync_configs(source, target, next_config_sync)
+                except KafkaException as e:
+                    log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
+                                self.cfg.refresh_topics_interval_seconds)
+                next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
+            if time.monotonic() >= next_progress:
+                try:
                     lag_reader = lag_reader or LagReader(self.cfg, LAG_LOOKUP_TIMEOUT_S)
                     lags = lag_reader.lags(self.mappings)
                     lag = sum(x.records for x in lags)
@@ -364,6 +367,18 @@ class Replicator:
             if any(marker in cause for marker in TRANSIENT_QUERY_FAILURES):
                 raise TransientQueryFailure(f"the streaming query failed: {cause}")
             raise RuntimeFailure(f"the streaming query failed: {cause}")
+
+    def _discover(self, source, target) -> None:
+        """New and deleted source topics, grown partition counts: target topics follow, and running
+        shard tasks end early so the next batch plans the change."""
+        selected, skipped = topic_sync.selection(self.cfg, source)
+        self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
+        mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
+        if mappings != self.mappings:  # a new topic may keep records longer than the index does
+            ensure_index_topic(self.cfg, target, [m.target for m in mappings])
+            # New topics and partitions join at a batch boundary: make one now.
+            self.stats.end_running_batches()
+        self.mappings = mappings
 
     def _sync_configs(self, source, target, due: float) -> float:
         """Source topic config changes reach the target every sync_topic_configs_interval_seconds,
