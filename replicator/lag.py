@@ -64,7 +64,16 @@ class LagReader:
     cost ~500 ms of CPU per lookup at 5,000 partitions against ~50 ms here, which was most of an idle
     job's CPU (BENCHMARKS.md). The group is read without require_stable: a transaction's offsets
     count once it committed, when its records are visible.
+
+    Between full reads (every FULL_GROUP_READ_S) the group is asked only for the partitions that
+    were not settled at the last lookup (committed == end) or whose source end moved since: a settled
+    partition stays settled until its source grows, because the job never moves a committed offset
+    past the end nor back. Decoding all 5,000 entries every 5 s was the largest part of an idle job's
+    lag lookup (py-spy, BENCHMARKS.md). What this can miss for up to FULL_GROUP_READ_S: the group
+    deleted or reset behind the job's back.
     """
+
+    FULL_GROUP_READ_S = 60.0
 
     def __init__(self, cfg: ReplicatorConfig, timeout_s: float = 30.0) -> None:
         from kafka import KafkaAdminClient
@@ -73,6 +82,9 @@ class LagReader:
         self._source = self._target = None
         # (source topic, partitions) the source client has looked up; None: a new client, nothing yet
         self._shape: set[tuple[str, int]] | None = None
+        # (target topic, partition) -> the source end its committed offset equalled at the last lookup
+        self._settled: dict[tuple[str, int], int] = {}
+        self._next_full_read = 0.0
 
         def settings(role: str) -> dict:
             return {**client_settings(cfg.client_properties(role), getattr(cfg, f"{role}_bootstrap_servers")),
@@ -109,14 +121,25 @@ class LagReader:
                     self._source = self._new_source()
                 self._shape = shape
             ends = self._source.end_offsets([Tp(s, p) for s, _, p in tps])
-            offsets = self._target.list_group_offsets({self.group: [Tp(t, p) for _, t, p in tps]}).get(self.group, {})
-            committed = {(tp.topic, tp.partition): o.offset for tp, o in offsets.items()}
+            full = time.monotonic() >= self._next_full_read
+            committed = {(t, p): end for s, t, p in tps
+                         if not full and self._settled.get((t, p)) == (end := ends[Tp(s, p)])}
+            ask = [Tp(t, p) for _, t, p in tps if (t, p) not in committed]
+            if ask:
+                offsets = self._target.list_group_offsets({self.group: ask}).get(self.group, {})
+                committed.update({(tp.topic, tp.partition): o.offset for tp, o in offsets.items()})
+            if full:
+                self._next_full_read = time.monotonic() + self.FULL_GROUP_READ_S
             never = [Tp(s, p) for s, t, p in tps if committed.get((t, p), -1) < 0]
             starts = self._source.beginning_offsets(never) if never else {}
-            return [PartitionLag(s, t, p, ends[Tp(s, p)], committed.get((t, p), -1), starts.get(Tp(s, p), 0))
+            lags = [PartitionLag(s, t, p, ends[Tp(s, p)], committed.get((t, p), -1), starts.get(Tp(s, p), 0))
                     for s, t, p in tps]
+            self._settled = {(x.target_topic, x.partition): x.source_end for x in lags
+                             if x.committed >= 0 and x.committed == x.source_end}
+            return lags
         except Exception as e:  # noqa: BLE001 - kafka-python raises KeyError too (test_topics); the job copies on
             self._shape = set()  # never equal to a real shape: the next lookup starts with a new client
+            self._settled = {}
             raise LagUnavailable(f"{type(e).__name__}: {e}", bool(getattr(e, "retriable", False))) from None
 
     def close(self) -> None:

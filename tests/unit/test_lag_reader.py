@@ -56,3 +56,63 @@ def test_a_refusal_is_not_retried(monkeypatch):
     with pytest.raises(LagUnavailable):
         lag.partition_lags(ReplicatorConfig(topics="t"), [TopicMapping("t", "t", 1)])
     assert flaky.calls == 1 and flaky.closed
+
+
+class _Source:
+    def __init__(self, ends: dict) -> None:
+        self.ends = ends
+
+    def end_offsets(self, tps):
+        return {tp: self.ends[(tp.topic, tp.partition)] for tp in tps}
+
+    def beginning_offsets(self, tps):
+        return {tp: 0 for tp in tps}
+
+
+class _Group:
+    """The fake group's committed offsets; remembers which partitions each read asked for."""
+
+    def __init__(self, offsets: dict) -> None:
+        self.offsets, self.asked = offsets, []
+
+    def list_group_offsets(self, request):
+        from kafka.structs import OffsetAndMetadata
+
+        ((group, tps),) = request.items()
+        self.asked.append(sorted((tp.topic, tp.partition) for tp in tps))
+        return {group: {tp: OffsetAndMetadata(self.offsets.get((tp.topic, tp.partition), -1), "", -1)
+                        for tp in tps}}
+
+
+def _reader(source: _Source, group: _Group) -> LagReader:
+    reader = object.__new__(LagReader)
+    reader.group, reader._source, reader._target = "g", source, group
+    reader._shape, reader._settled, reader._next_full_read = {("t", 3)}, {}, 0.0
+    return reader
+
+
+def test_an_idle_lookup_reads_only_the_partitions_that_are_not_settled(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(lag.time, "monotonic", lambda: clock[0])
+    source = _Source({("t", 0): 10, ("t", 1): 20, ("t", 2): 5})
+    group = _Group({("t", 0): 10, ("t", 1): 15})  # 0 settled, 1 behind, 2 never committed
+    reader, mappings = _reader(source, group), [TopicMapping("t", "t", 3)]
+
+    first = reader.lags(mappings)
+    assert [x.records for x in first] == [0, 5, 5]
+    assert group.asked[-1] == [("t", 0), ("t", 1), ("t", 2)]  # the first read is a full one
+
+    clock[0] += 5
+    group.offsets[("t", 1)] = 20
+    assert [x.records for x in reader.lags(mappings)] == [0, 0, 5]
+    assert group.asked[-1] == [("t", 1), ("t", 2)]  # partition 0 was settled and its end did not move
+
+    clock[0] += 5
+    source.ends[("t", 0)] = 12  # new source records: asked again, and lagging until copied
+    assert [x.records for x in reader.lags(mappings)] == [2, 0, 5]
+    assert group.asked[-1] == [("t", 0), ("t", 2)]
+
+    clock[0] += LagReader.FULL_GROUP_READ_S
+    del group.offsets[("t", 1)]  # the group reset behind the job's back: a full read sees it
+    assert [x.records for x in reader.lags(mappings)] == [2, 20, 5]
+    assert group.asked[-1] == [("t", 0), ("t", 1), ("t", 2)]
