@@ -18,10 +18,12 @@ import time
 from confluent_kafka import IsolationLevel, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from replicator import config, kafka_clients, topic_sync
+from replicator import config
+from replicator.clients import kafka_clients
+from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups import index
 from replicator.groups.index_topic import ensure_index_topic
-from replicator.shard_copy import CopyRange, ShardCopier
+from replicator.topics import sync as topic_sync
 
 
 def main(argv: list[str] | None = None) -> None:

@@ -13,7 +13,7 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from bench import reaper
-from replicator.kafka_clients import with_logging
+from replicator.clients.kafka_clients import with_logging
 from replicator.sandbox import classpath
 
 

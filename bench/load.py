@@ -14,7 +14,7 @@ import time
 
 from confluent_kafka import Producer
 
-from replicator.kafka_clients import with_logging
+from replicator.clients.kafka_clients import with_logging
 
 TICK_S = 0.01
 

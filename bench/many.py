@@ -19,7 +19,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from bench import kafka_ops
 from bench.contenders import Contender, Job
-from replicator.kafka_clients import with_logging
+from replicator.clients.kafka_clients import with_logging
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
 POLL_S = 0.5

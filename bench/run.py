@@ -214,10 +214,10 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
-    """A deployed job maps a Spark class-data archive recorded once (see replicator.spark_session);
+    """A deployed job maps a Spark class-data archive recorded once (see replicator.engine.spark_session);
     one warm-up run asked to record it and stopped cleanly makes it, unless it exists."""
-    from replicator import spark_session
     from replicator.config import ReplicatorConfig
+    from replicator.engine import spark_session
 
     archive = spark_session.class_archive(ReplicatorConfig())
     if archive is None or archive.is_file():

@@ -14,7 +14,7 @@ from confluent_kafka import Consumer, TopicPartition
 from bench import kafka_ops
 from bench.contenders import Contender, Job
 from bench.proctree import Tree
-from replicator.kafka_clients import with_logging
+from replicator.clients.kafka_clients import with_logging
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
 # Fractions of the maximum rate: coarse at the bottom, 12.5 % apart near the top, so the highest

@@ -8,6 +8,7 @@ import sys
 import click
 
 from replicator import __version__
+from replicator.commands.options import _load_config, connection_options
 from replicator.sandbox import DEFAULT_KAFKA_VERSION, Sandbox, kafka_jars
 
 
@@ -16,19 +17,19 @@ class _LazyGroup(click.Group):
     each concept in its module)."""
 
     lazy = {
-        "acls": "replicator.acls_command:acls",
-        "demo": "replicator.demo:demo",
-        "divergence": "replicator.groups.commands:divergence",
-        "failback": "replicator.groups.commands:failback",
-        "failover": "replicator.groups.commands:failover",
-        "groups": "replicator.groups.commands:groups",
-        "switchover": "replicator.groups.commands:switchover",
-        "lag": "replicator.lag_command:lag",
-        "topics": "replicator.topics_command:topics",
-        "verify": "replicator.verify:verify",
+        "acls": "replicator.commands.acls:acls",
+        "demo": "replicator.commands.demo:demo",
+        "divergence": "replicator.commands.groups:divergence",
+        "failback": "replicator.commands.groups:failback",
+        "failover": "replicator.commands.groups:failover",
+        "groups": "replicator.commands.groups:groups",
+        "switchover": "replicator.commands.groups:switchover",
+        "lag": "replicator.commands.lag:lag",
+        "topics": "replicator.commands.topics:topics",
+        "verify": "replicator.commands.verify:verify",
     }
     # Resolved, never listed: `--help` imports what it lists, and this one imports PySpark.
-    unlisted = {"spark-warmup": "replicator.spark_warmup:spark_warmup"}
+    unlisted = {"spark-warmup": "replicator.engine.spark_warmup:spark_warmup"}
 
     def list_commands(self, ctx: click.Context) -> list[str]:
         return sorted([*super().list_commands(ctx), *self.lazy])
@@ -132,36 +133,6 @@ def sandbox_status(fmt: str) -> None:
                 click.echo(f"  {key}: {value!r}" if "$" in value else f"  {key}: {value}")
 
 
-def _load_config(config_file: str | None, flags: dict):
-    from replicator import config as config_mod
-
-    try:
-        return config_mod.load(flags, config_file)
-    except config_mod.ConfigError as e:
-        click.echo(f"error: {e}", err=True)
-        sys.exit(2)
-
-
-def connection_options(f):
-    """Options shared by every command that talks to a replication's clusters."""
-    for opt in reversed([
-        click.option("--config", "config_file", type=click.Path(dir_okay=False),
-                     help="YAML file with any option below plus `source:`/`target:` librdkafka maps."),
-        click.option("--source-bootstrap-servers", help="Source cluster, host:port[,host:port]."),
-        click.option("--target-bootstrap-servers", help="Target cluster, host:port[,host:port]."),
-        click.option("--topics", help="Regex of source topics to replicate (full match)."),
-        click.option("--topics-exclude", help="Comma-separated regexes to exclude (exclude wins)."),
-        click.option("--name", help="Job name: prefixes transactional ids; default group __replicator.NAME."),
-        click.option("--offsets-group", help="The fake consumer group on the target holding offsets."),
-        click.option("--replication-policy", help="identity (same names) or prefix (ALIAS.topic)."),
-        click.option("--source-alias", help="Source cluster alias used by the prefix policy."),
-        click.option("--target-alias", help="Target cluster alias: topics carrying it as a prefix are "
-                                            "replicas from the target and are never sent back."),
-    ]):
-        f = opt(f)
-    return f
-
-
 def crash_traces() -> None:
     """A crash inside native code (librdkafka's assertions abort the process) leaves every Python
     thread's stack in the job's log (stderr), so the call that crashed is known. A multi-broker chaos
@@ -200,7 +171,8 @@ def run(config_file: str | None, **flags) -> None:
         signal.signal(sig, lambda *_: stop.set())
     crash_traces()
     cfg = _load_config(config_file, flags)
-    from replicator import job, logs
+    from replicator import logs
+    from replicator.engine import job
 
     logs.configure(cfg.log_format, cfg.log_level)
     sys.exit(job.run(cfg, stop=stop))

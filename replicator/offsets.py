@@ -17,8 +17,8 @@ from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from replicator.client_errors import Outcome, classify
-from replicator.kafka_clients import kafka_error
+from replicator.clients.client_errors import Outcome, classify
+from replicator.clients.kafka_clients import kafka_error
 
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group holds nothing for the partition
 

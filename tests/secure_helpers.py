@@ -1,4 +1,4 @@
-"""Helpers for tests on the secure sandbox: clients per principal, ACLs from `replicator.acls`,
+"""Helpers for tests on the secure sandbox: clients per principal, ACLs from `replicator.access.acls`,
 replicator config files that hold only references to secrets."""
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
-from replicator.acls import Acl
+from replicator.access.acls import Acl
 
 
 def props(box, cluster: str, principal: str = "admin") -> dict:

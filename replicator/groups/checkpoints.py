@@ -22,8 +22,8 @@ from dataclasses import asdict, dataclass, field
 from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from replicator.clients.kafka_clients import with_logging
 from replicator.config import ReplicatorConfig
-from replicator.kafka_clients import with_logging
 
 _TOPIC_ALREADY_EXISTS = 36
 

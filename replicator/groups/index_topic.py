@@ -8,7 +8,7 @@ import logging
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
-from replicator import permissions
+from replicator.access import permissions
 from replicator.config import ReplicatorConfig
 from replicator.groups.index import INDEX_PARTITIONS, index_topic
 

@@ -16,11 +16,11 @@ from dataclasses import asdict, dataclass
 from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
-from replicator import permissions
+from replicator.access import permissions
+from replicator.clients.kafka_clients import with_logging
 from replicator.config import ReplicatorConfig
-from replicator.kafka_clients import with_logging
 from replicator.offsets import read_committed
-from replicator.topic_sync import TopicMapping
+from replicator.topics.sync import TopicMapping
 
 _TOPIC_ALREADY_EXISTS = 36
 

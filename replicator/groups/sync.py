@@ -23,12 +23,14 @@ from dataclasses import dataclass, field
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
 
-from replicator import kafka_clients, permissions, topic_sync
+from replicator.access import permissions
+from replicator.clients import kafka_clients
 from replicator.config import ReplicatorConfig
 from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState, ensure_topics
 from replicator.groups.translate import Translation, Translator
 from replicator.offsets import read_committed
 from replicator.replication_policy import policy_for
+from replicator.topics import sync as topic_sync
 
 log = logging.getLogger(__name__)
 # Never checkpointed or synced: broker, Connect and tooling internals, MirrorMaker 2's, and every

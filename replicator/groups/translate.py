@@ -38,7 +38,7 @@ from dataclasses import asdict, dataclass
 
 from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
 
-from replicator import kafka_clients
+from replicator.clients import kafka_clients
 from replicator.config import ReplicatorConfig
 from replicator.groups.index import IndexEntry, entry_key, index_partition, index_topic
 from replicator.offsets import read_committed

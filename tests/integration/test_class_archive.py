@@ -1,5 +1,5 @@
 """Faster restarts: a run asked to record the driver JVM's class-data archive publishes it at its
-clean stop, and the next start maps it (half the JVM's start-up CPU, replicator.spark_session),
+clean stop, and the next start maps it (half the JVM's start-up CPU, replicator.engine.spark_session),
 replicating as before."""
 
 from __future__ import annotations

@@ -9,10 +9,10 @@ import time
 import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from replicator import job
 from replicator.config import ReplicatorConfig
+from replicator.engine import job
+from replicator.engine.transactional_ids import FenceError
 from replicator.offsets import CommitMetadata
-from replicator.transactional_ids import FenceError
 from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets
 from tests.replicator_process import ReplicatorProcess, wait_until
 

@@ -13,7 +13,7 @@ import sys
 SCRIPT = """
 import sys, time
 from confluent_kafka.admin import AdminClient
-from replicator import permissions
+from replicator.access import permissions
 
 permissions.GROUP_DESCRIBE_WAIT_S = 0.02  # shorter than a coordinator round trip
 admin = AdminClient({"bootstrap.servers": sys.argv[1]})

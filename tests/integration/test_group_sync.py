@@ -10,14 +10,16 @@ from pathlib import Path
 import pytest
 from confluent_kafka import Consumer, TopicPartition
 
-from replicator import config, kafka_clients, topic_sync
+from replicator import config
+from replicator.clients import kafka_clients
+from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups import sync as sync_mod
 from replicator.groups.checkpoints import CheckpointStore, mm2_checkpoints_topic, parse_mm2
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.sync import GroupSync, group_offsets
 from replicator.groups.translate import Translator, read_records
 from replicator.sandbox.jars import classpath
-from replicator.shard_copy import CopyRange, ShardCopier
+from replicator.topics import sync as topic_sync
 from tests.engine_checks import sample_records
 from tests.index_helpers import commit_offsets, next_record_view
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional

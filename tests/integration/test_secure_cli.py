@@ -13,8 +13,8 @@ from pathlib import Path
 
 import yaml
 
-from replicator import acls
 from replicator import config as config_mod
+from replicator.access import acls
 from replicator.sandbox import Sandbox
 from replicator.sandbox.cluster import _pid_alive, _port_shift
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until

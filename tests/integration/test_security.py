@@ -27,8 +27,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from replicator import acls
 from replicator import config as config_mod
+from replicator.access import acls
 from replicator.groups import promotion
 from replicator.sandbox.security import CertificateAuthority
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until

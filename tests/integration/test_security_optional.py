@@ -3,7 +3,7 @@ switches off only the feature that ACL serves, says so naming the permission, th
 principal, and still copies exactly once.
 
 A start of the job costs a minute of Spark here, so each case runs what decides and what copies
-in-process: the job's own pre-flight (`replicator.job.preflight`), the group-sync check the job
+in-process: the job's own pre-flight (`replicator.engine.job.preflight`), the group-sync check the job
 makes when it starts group sync, and the shard copier the Spark tasks run. The real `replicator
 run` with the least sets is in test_security.py (required + group sync, through SIGKILL/restart).
 Every case is a second start: the target topic and the translation index exist (created by an
@@ -18,11 +18,12 @@ import logging
 import pytest
 from confluent_kafka.admin import NewTopic
 
-from replicator import acls, kafka_clients, permissions
 from replicator import config as config_mod
+from replicator.access import acls, permissions
+from replicator.clients import kafka_clients
+from replicator.engine.job import preflight
+from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index import INDEX_PARTITIONS, index_topic
-from replicator.job import preflight
-from replicator.shard_copy import CopyRange, ShardCopier
 from tests import secure_helpers as secure
 from tests.integration.test_security import PARTITIONS, READER, WRITER, acl_set
 

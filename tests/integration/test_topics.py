@@ -259,7 +259,7 @@ def test_driver_and_planner_growing_the_same_topics_at_once_is_not_an_error(sand
     import threading
 
     from replicator.config import load
-    from replicator.topic_sync import ensure_target_topics, selection
+    from replicator.topics.sync import ensure_target_topics, selection
 
     names = [f"race-{unique}-{i}" for i in range(6)]
     for name in names:

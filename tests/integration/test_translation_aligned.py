@@ -8,11 +8,13 @@ import re
 
 from confluent_kafka import Producer
 
-from replicator import config, kafka_clients, topic_sync
+from replicator import config
+from replicator.clients import kafka_clients
+from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups import translate
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.translate import Translator
-from replicator.shard_copy import CopyRange, ShardCopier
+from replicator.topics import sync as topic_sync
 from tests.engine_checks import sample_records
 from tests.index_helpers import next_record_view, positions_of_every_kind, read_index
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional, read_all

@@ -9,10 +9,13 @@ import time
 from confluent_kafka import Consumer, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource
 
-from replicator import config, kafka_clients, shard_copy, topic_sync
+from replicator import config
+from replicator.clients import kafka_clients
+from replicator.engine import shard_copy
+from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.translate import Translator, read_records
-from replicator.shard_copy import CopyRange, ShardCopier
+from replicator.topics import sync as topic_sync
 from tests.engine_checks import sample_records
 from tests.index_helpers import positions_of_every_kind, read_index
 from tests.kafka_helpers import create_topic, end_offsets, produce_transactional, record_view

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from replicator import acls
 from replicator import config as config_mod
+from replicator.access import acls
 from replicator.cli import main
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -23,7 +23,7 @@ def test_docs_table_is_the_generated_one():
     text = (ROOT / "deploy" / "README.md").read_text()
     begin, end = text.index(acls.DOC_BEGIN) + len(acls.DOC_BEGIN), text.index(acls.DOC_END)
     assert text[begin:end].strip() == acls.doc_table().strip(), \
-        "deploy/README.md's ACL table is stale: regenerate it from replicator.acls.doc_table()"
+        "deploy/README.md's ACL table is stale: regenerate it from replicator.access.acls.doc_table()"
 
 
 def test_topic_patterns_follow_the_selection():

@@ -13,7 +13,8 @@ ROOT = Path(__file__).resolve().parents[2]
 def test_client_log_lines_are_ours_in_json_too():
     # Nothing listens on port 9: every client logs connection failures while it polls.
     script = textwrap.dedent("""
-        from replicator import kafka_clients, logs
+        from replicator import logs
+        from replicator.clients import kafka_clients
         from replicator.config import ReplicatorConfig
         logs.configure("json", "INFO")
         cfg = ReplicatorConfig(source_bootstrap_servers="127.0.0.1:9", target_bootstrap_servers="127.0.0.1:9",

@@ -13,8 +13,8 @@ import yaml
 
 from replicator import config as config_mod
 from replicator.groups.sync import GroupStatus, PartitionStatus
-from replicator.lag import PartitionLag
-from replicator.metrics import MetricsObserver
+from replicator.ops.lag import PartitionLag
+from replicator.ops.metrics import MetricsObserver
 
 ROOT = Path(__file__).resolve().parents[2]
 DASHBOARD = ROOT / "deploy" / "grafana" / "replicator-dashboard.json"

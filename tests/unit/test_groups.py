@@ -9,7 +9,7 @@ import pytest
 from replicator.config import ConfigError, load
 from replicator.groups.checkpoints import Checkpoint, mm2_key, mm2_value, parse_mm2
 from replicator.groups.sync import GroupFilter, GroupStatus, PartitionStatus
-from replicator.metrics import ReplicatorMetrics
+from replicator.ops.metrics import ReplicatorMetrics
 
 BASE = {"source_bootstrap_servers": "127.0.0.1:19092", "target_bootstrap_servers": "127.0.0.1:29092",
         "topics": "orders.*"}

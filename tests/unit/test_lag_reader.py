@@ -7,10 +7,10 @@ import socket
 
 import pytest
 
-from replicator import lag
 from replicator.config import ReplicatorConfig
-from replicator.lag import LagReader, LagUnavailable
-from replicator.topic_sync import TopicMapping
+from replicator.ops import lag
+from replicator.ops.lag import LagReader, LagUnavailable
+from replicator.topics.sync import TopicMapping
 
 
 def _closed_port() -> int:

@@ -9,10 +9,10 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from replicator import config as config_mod
-from replicator.health import HealthServer
-from replicator.lag import PartitionLag
-from replicator.lag_command import _rows, _table
-from replicator.metrics import MetricsObserver
+from replicator.commands.lag import _rows, _table
+from replicator.ops.health import HealthServer
+from replicator.ops.lag import PartitionLag
+from replicator.ops.metrics import MetricsObserver
 
 CFG = config_mod.load({"source_bootstrap_servers": "127.0.0.1:1", "target_bootstrap_servers": "127.0.0.1:2",
                        "topics": "orders.*", "replication_policy": "prefix", "source_alias": "east",
@@ -132,7 +132,7 @@ def test_partition_lag_records_and_seconds():
 
 def test_readiness_needs_a_running_query_and_recent_progress_or_caught_up(monkeypatch):
     # Ages are read from the source cluster (integration tests); here only the offsets matter.
-    monkeypatch.setattr("replicator.metrics.with_ages", lambda cfg, lags: lags)
+    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags: lags)
     obs = MetricsObserver(CFG)
     assert obs.readiness() == (False, "the streaming query has not started yet")
     job = _Job()

@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from replicator.engine.shard_copy import CopyRange, _last_index_per_partition, _PartitionState
 from replicator.offsets import CommitMetadata
-from replicator.shard_copy import CopyRange, _last_index_per_partition, _PartitionState
 
 
 @dataclass

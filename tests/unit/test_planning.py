@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 
 from replicator.config import ReplicatorConfig
+from replicator.engine.shard_copy import needs_refresh
+from replicator.engine.sharding import shard_of
+from replicator.engine.spark_source import EPOCH_KEY, ReplicationPlanner, _merge
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed
-from replicator.shard_copy import needs_refresh
-from replicator.sharding import shard_of
-from replicator.spark_source import EPOCH_KEY, ReplicationPlanner, _merge
 
 
 def ends(offsets) -> dict[tuple[str, int], int]:

@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 import re
 
-from replicator import spark_session
 from replicator.config import ReplicatorConfig
+from replicator.engine import spark_session
 
 
 def test_class_cache_off_means_no_archive():

@@ -7,7 +7,7 @@ import logging
 import threading
 import time
 
-from replicator.stall_watch import StallWatch
+from replicator.engine.stall_watch import StallWatch
 
 
 def _blocked_in_a_client_call(release: threading.Event) -> None:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import socket
 
-from replicator.task_control import ControlServer, DriverLink
+from replicator.engine.task_control import ControlServer, DriverLink
 
 
 def test_stats_reach_the_driver_and_only_the_running_batch_is_ended():

@@ -5,9 +5,9 @@ from __future__ import annotations
 from click.testing import CliRunner
 
 from replicator.cli import main
-from replicator.topic_filter import NOT_INCLUDED
-from replicator.topic_sync import TopicMapping, TopicPlan
-from replicator.topics_command import _as_json, _as_table
+from replicator.commands.topics import _as_json, _as_table
+from replicator.topics.filter import NOT_INCLUDED
+from replicator.topics.sync import TopicMapping, TopicPlan
 
 PLANS = [TopicPlan(TopicMapping("c", "east.c", 3), None, {"cleanup.policy": "compact", "retention.ms": "5"}),
          TopicPlan(TopicMapping("p", "east.p", 2), 2, {"retention.ms": "9"}, {"retention.ms": (None, "9")})]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from replicator.config import ConfigError, load
-from replicator.topic_filter import NOT_INCLUDED, TopicFilter
+from replicator.topics.filter import NOT_INCLUDED, TopicFilter
 
 
 @pytest.mark.parametrize("topic", ["__consumer_offsets", "__transaction_state", "__anything",

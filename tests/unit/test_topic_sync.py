@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka.admin import ConfigEntry, ConfigSource
 
 from replicator.config import ReplicatorConfig
-from replicator.topic_sync import TopicMapping, TopicPlan, config_changes, desired_configs
+from replicator.topics.sync import TopicMapping, TopicPlan, config_changes, desired_configs
 
 # As described by a broker: the source is an int.
 DYNAMIC, DEFAULT = ConfigSource.DYNAMIC_TOPIC_CONFIG.value, ConfigSource.DEFAULT_CONFIG.value

@@ -8,7 +8,7 @@ import time
 import pytest
 
 from replicator.config import ReplicatorConfig
-from replicator.shard_copy import ShardCopier, commit_stretch, is_backlog
+from replicator.engine.shard_copy import ShardCopier, commit_stretch, is_backlog
 
 # A shard copying 100k rec/s at 5 us a record needs half its time for producing: with the headroom,
 # the load is at its bound, and commits are stretched to three commit durations.

@@ -7,7 +7,7 @@ import time
 import pytest
 
 from replicator.config import ReplicatorConfig
-from replicator.transactional_ids import FenceError, fence, parse, shard_id, to_fence
+from replicator.engine.transactional_ids import FenceError, fence, parse, shard_id, to_fence
 
 
 def test_format_and_exact_parse():

@@ -1,7 +1,7 @@
 """Prometheus metrics of a run, fed by the job's observer hooks.
 
 Counters come from the writers' commit messages (what the transactions really committed), lag from
-the clusters (`replicator.lag`), micro-batch timings from Spark's streaming query listener. Every
+the clusters (`replicator.ops.lag`), micro-batch timings from Spark's streaming query listener. Every
 name follows the Prometheus conventions (base units, `_total`, `_seconds`, `_bytes`); labels are
 limited to `topic` (source), `partition` and `target_topic`.
 """
@@ -25,7 +25,7 @@ from prometheus_client import (
 
 from replicator import __version__
 from replicator.config import ReplicatorConfig
-from replicator.lag import PartitionLag, with_ages
+from replicator.ops.lag import PartitionLag, with_ages
 from replicator.replication_policy import policy_for
 
 log = logging.getLogger("replicator.metrics")

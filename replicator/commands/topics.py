@@ -9,8 +9,8 @@ import sys
 import click
 from confluent_kafka import KafkaException
 
-from replicator.cli import _load_config, connection_options
-from replicator.topic_filter import NOT_INCLUDED
+from replicator.commands.options import _load_config, connection_options
+from replicator.topics.filter import NOT_INCLUDED
 
 
 @click.command()
@@ -19,7 +19,8 @@ from replicator.topic_filter import NOT_INCLUDED
 def topics(config_file: str | None, fmt: str, **flags) -> None:
     """Dry run: selected topics, their target names, partitions and configs, and the drift today."""
     cfg = _load_config(config_file, flags)
-    from replicator import kafka_clients, topic_sync
+    from replicator.clients import kafka_clients
+    from replicator.topics import sync as topic_sync
 
     source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
     try:
@@ -27,7 +28,7 @@ def topics(config_file: str | None, fmt: str, **flags) -> None:
         try:
             plans = topic_sync.plan(cfg, source, target, selected)
         except KafkaException as e:
-            from replicator import permissions
+            from replicator.access import permissions
 
             if not permissions.is_authorization_error(e.args[0]):
                 raise

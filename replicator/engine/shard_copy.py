@@ -36,16 +36,17 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from replicator import kafka_clients, transactional_ids
-from replicator.bounded_call import BoundedCaller
-from replicator.client_errors import Outcome, classify, transient
+from replicator.clients import kafka_clients
+from replicator.clients.client_errors import Outcome, classify, transient
 from replicator.config import ReplicatorConfig
+from replicator.engine import transactional_ids
+from replicator.engine.bounded_call import BoundedCaller
+from replicator.engine.stall_watch import StallWatch
 from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed, read_committed
 from replicator.replication_policy import Provenance
-from replicator.stall_watch import StallWatch
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.shard_copy")  # the log's public name, kept when the module moved
 
 MAX_ATTEMPTS = 6  # consecutive non-transient failures (no commit in between) before the task fails
 RETRY_BUDGET_S = 300.0  # how long transient errors are retried without a commit (bounded copies)

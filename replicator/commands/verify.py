@@ -35,13 +35,13 @@ from pathlib import Path
 
 import click
 
-from replicator import transactional_ids
-from replicator.cli import _load_config, connection_options
+from replicator.clients.kafka_python_clients import client_settings
+from replicator.commands.options import _load_config, connection_options
 from replicator.config import ReplicatorConfig
-from replicator.kafka_python_clients import client_settings
+from replicator.engine import transactional_ids
 from replicator.offsets import CommitMetadata
 from replicator.replication_policy import policy_for
-from replicator.topic_filter import TopicFilter
+from replicator.topics.filter import TopicFilter
 
 STALL_TIMEOUT_S = 60.0
 SETTLE_TIMEOUT_S = 30.0  # how long --quiesced waits for transaction markers still being written

@@ -17,11 +17,11 @@ from concurrent.futures import ThreadPoolExecutor
 
 from confluent_kafka import KafkaException
 
-from replicator import kafka_clients
-from replicator.client_errors import Outcome, classify
+from replicator.clients import kafka_clients
+from replicator.clients.client_errors import Outcome, classify
 from replicator.config import ReplicatorConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.transactional_ids")  # the log's public name, kept when the module moved
 
 _INFIX = "-shard-"
 _FENCE_TIMEOUT_S = 60.0
@@ -59,7 +59,7 @@ def listed(cfg: ReplicatorConfig, names: Iterable[str]) -> list[str]:
     """
     from kafka import KafkaAdminClient
 
-    from replicator.kafka_python_clients import client_settings
+    from replicator.clients.kafka_python_clients import client_settings
 
     names = sorted(set(names))
     admin = KafkaAdminClient(**client_settings(cfg.client_properties("target"), cfg.target_bootstrap_servers))

@@ -21,7 +21,7 @@ import threading
 import time
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.task_control")  # the log's public name, kept when the module moved
 
 _EXCHANGE_INTERVAL_S = 0.5
 _TIMEOUT_S = 5.0

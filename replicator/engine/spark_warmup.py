@@ -28,7 +28,7 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.spark_warmup")  # the log's public name, kept when the module moved
 
 
 class _OneBatch(DataSource):
@@ -78,7 +78,7 @@ class _Writer(DataSourceStreamWriter):
 
 def record(cfg) -> Path | None:
     """Records the archive for `cfg`'s Spark settings; returns it, or None when none was written."""
-    from replicator import spark_session
+    from replicator.engine import spark_session
 
     cfg = dataclasses.replace(cfg, spark_class_cache_record=True)
     archive = spark_session.class_archive(cfg)

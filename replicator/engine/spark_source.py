@@ -39,11 +39,12 @@ from pyspark.sql.datasource import (
 )
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
-from replicator import kafka_clients, logs
+from replicator import logs
+from replicator.clients import kafka_clients
 from replicator.config import ReplicatorConfig
-from replicator.sharding import shard_of
+from replicator.engine.sharding import shard_of
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.spark_source")  # the log's public name, kept when the module moved
 
 SCHEMA = StructType([StructField("shard", IntegerType(), False), StructField("ranges", StringType(), False)])
 Offsets = dict[str, dict[str, int]]
@@ -97,7 +98,7 @@ class ReplicationPlanner(DataSourceStreamReader):
         record or offset is ever written for a partition the target lacks."""
         if not force and time.monotonic() - self._refreshed < self.cfg.refresh_topics_interval_seconds:
             return
-        from replicator import topic_sync
+        from replicator.topics import sync as topic_sync
 
         source, target = self._clients()
         found, skipped = topic_sync.selection(self.cfg, source)
@@ -171,8 +172,8 @@ class ShardWriter(DataSourceStreamWriter):
     def write(self, iterator: Iterator) -> ShardCommitMessage:
         from pyspark import TaskContext
 
-        from replicator.shard_copy import CopyRange, fault_for_attempt
-        from replicator.task_control import DriverLink
+        from replicator.engine.shard_copy import CopyRange, fault_for_attempt
+        from replicator.engine.task_control import DriverLink
 
         cfg = ReplicatorConfig.from_json(self.config_json)
         logs.configure(cfg.log_format, cfg.log_level)  # an executor's Python worker: the job's log format too
@@ -212,8 +213,8 @@ class ShardWriter(DataSourceStreamWriter):
 def _copier(cfg: ReplicatorConfig, shard: int, fault: str | None, deadline: float, link):
     """The shard's copier, once the clusters answer its first lookups; None when they did not
     before the batch's deadline (a broker restarting): the next batch tries again."""
-    from replicator.client_errors import transient
-    from replicator.shard_copy import ShardCopier
+    from replicator.clients.client_errors import transient
+    from replicator.engine.shard_copy import ShardCopier
 
     wait = 0.2
     while True:
@@ -249,7 +250,7 @@ def _merge(a: dict, b: dict) -> dict:
 
 
 def _send_stats(addr: str, payload: dict) -> None:
-    from replicator.task_control import DriverLink
+    from replicator.engine.task_control import DriverLink
 
     link = DriverLink(addr, payload["batch"], -1)  # metrics must never fail a batch whose data is committed
     link.report(payload)

@@ -6,7 +6,7 @@ import json
 
 import click
 
-from replicator.cli import _load_config, connection_options
+from replicator.commands.options import _load_config, connection_options
 
 
 @click.command()
@@ -25,7 +25,7 @@ def acls(config_file: str | None, source_principal: str | None, target_principal
     """Print the least ACLs for the source reader and the target writer principals (for the configured
     name, topics, offsets group and transactional-id prefix)."""
     cfg = _load_config(config_file, flags)
-    from replicator import acls as acls_mod
+    from replicator.access import acls as acls_mod
 
     src = (source_principal or acls_mod.principal_of(cfg.source) or acls_mod.DEFAULT_SOURCE_PRINCIPAL)
     dst = (target_principal or acls_mod.principal_of(cfg.target) or acls_mod.DEFAULT_TARGET_PRINCIPAL)

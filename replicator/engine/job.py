@@ -15,15 +15,18 @@ from typing import Protocol
 from confluent_kafka import KafkaException
 from pyspark.errors import StreamingQueryException
 
-from replicator import kafka_clients, permissions, topic_sync, transactional_ids
-from replicator import spark_session as session
+from replicator.access import permissions
+from replicator.clients import kafka_clients
 from replicator.config import ReplicatorConfig
+from replicator.engine import spark_session as session
+from replicator.engine import transactional_ids
+from replicator.engine.spark_session import spark_session
+from replicator.engine.task_control import ControlServer
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
-from replicator.lag import LagReader, LagUnavailable, partition_lags
 from replicator.offsets import read_group
-from replicator.spark_session import spark_session
-from replicator.task_control import ControlServer
+from replicator.ops.lag import LagReader, LagUnavailable, partition_lags
+from replicator.topics import sync as topic_sync
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
@@ -69,7 +72,7 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
     """Everything that must hold before the first record moves. Returns the config with the optional
     features switched off that the principals' ACLs do not allow, and the topic mappings.
     `on_reachable` is called once both clusters answered (the job starts Spark then)."""
-    from replicator import tls_files
+    from replicator.clients import tls_files
 
     for role in ("source", "target"):
         servers = getattr(cfg, f"{role}_bootstrap_servers")
@@ -260,7 +263,7 @@ class Replicator:
         SparkSession._get_j_spark_session_class(spark._jvm).setActiveSession(spark._jsparkSession)
         try:
             check_task_slots(self.cfg, spark)
-            from replicator.spark_source import ReplicatorDataSource
+            from replicator.engine.spark_source import ReplicatorDataSource
 
             spark.dataSource.register(ReplicatorDataSource)
             options = {"config": self.cfg.to_json(), "stop_flag": str(self.scratch / "stop"),
@@ -510,8 +513,8 @@ def _root_cause(error) -> str:
 def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
         stop: threading.Event | None = None) -> int:
     """Runs until SIGTERM/SIGINT (or `stop` is set); returns the process exit code."""
-    from replicator.health import HealthServer
-    from replicator.metrics import MetricsObserver
+    from replicator.ops.health import HealthServer
+    from replicator.ops.metrics import MetricsObserver
 
     metrics = MetricsObserver(cfg)
     try:

@@ -12,7 +12,6 @@ import logging
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
-from replicator.acls import source_reader_group
 from replicator.config import ReplicatorConfig
 from replicator.logs import RepeatFilter
 
@@ -47,6 +46,11 @@ def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
         # failing call itself just says "transport failure".
         out["error_cb"] = lambda err: errors.append(err.str())
     return out
+
+
+def source_reader_group(cfg: ReplicatorConfig) -> str:
+    """The group.id of the source consumer (librdkafka requires one; nothing is committed to it)."""
+    return f"{cfg.name}.source-reader"
 
 
 def source_consumer(cfg: ReplicatorConfig) -> Consumer:

@@ -3,7 +3,7 @@ may do on the resources the job will use (KIP-430 authorized operations), so a m
 job with a message naming the permission, the resource and the principal, instead of a task retry
 loop or a half-done start. Optional features whose ACLs are missing are switched off, and said so.
 
-The ACL names match `replicator.acls` (the one written-down set); the broker is the judge.
+The ACL names match `replicator.access.acls` (the one written-down set); the broker is the judge.
 """
 
 from __future__ import annotations
@@ -17,11 +17,12 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 
-from replicator.acls import principal_of, source_reader_group, topic_patterns, translator_group
+from replicator.access.acls import principal_of, topic_patterns, translator_group
+from replicator.clients.kafka_clients import source_reader_group
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.permissions")  # the log's public name, kept when the module moved
 _AUTH_ERRORS = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
                 KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 _OP_NAMES = {AclOperation.READ: "Read", AclOperation.WRITE: "Write", AclOperation.CREATE: "Create",

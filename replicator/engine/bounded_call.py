@@ -23,7 +23,7 @@ from typing import TypeVar
 
 from confluent_kafka import KafkaError, KafkaException
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.bounded_call")  # the log's public name, kept when the module moved
 
 GRACE_S = 5.0
 T = TypeVar("T")

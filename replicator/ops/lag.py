@@ -9,10 +9,10 @@ from dataclasses import dataclass
 
 from confluent_kafka import KafkaError, TopicPartition
 
-from replicator import kafka_clients
+from replicator.clients import kafka_clients
+from replicator.clients.kafka_python_clients import client_settings
 from replicator.config import ReplicatorConfig
-from replicator.kafka_python_clients import client_settings
-from replicator.topic_sync import TopicMapping
+from replicator.topics.sync import TopicMapping
 
 
 @dataclass(frozen=True)

@@ -17,7 +17,7 @@ import threading
 import time
 import traceback
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.stall_watch")  # the log's public name, kept when the module moved
 
 STALL_S = 240.0  # above the longest bounded stretch between two turns (180 s)
 

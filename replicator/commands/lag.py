@@ -13,7 +13,7 @@ import time
 import click
 from confluent_kafka import KafkaException
 
-from replicator.cli import _load_config, connection_options
+from replicator.commands.options import _load_config, connection_options
 
 EXIT_OVER_THRESHOLD = 1
 EXIT_UNREACHABLE = 3
@@ -21,7 +21,7 @@ EXIT_UNREACHABLE = 3
 
 def _mappings(cfg, source):
     from replicator.replication_policy import policy_for
-    from replicator.topic_sync import TopicMapping, discover
+    from replicator.topics.sync import TopicMapping, discover
 
     policy = policy_for(cfg)
     return [TopicMapping(s, policy.target_topic(s), n) for s, n in sorted(discover(cfg, source).items())]
@@ -56,8 +56,8 @@ def lag(config_file: str | None, fmt: str, max_lag: int | None, max_lag_seconds:
     Works with the job running or stopped. Exit 0 within the thresholds, 1 past one, 2 invalid
     configuration, 3 a cluster unreachable."""
     cfg = _load_config(config_file, flags)
-    from replicator import kafka_clients
-    from replicator.lag import LagUnavailable, partition_lags, with_ages
+    from replicator.clients import kafka_clients
+    from replicator.ops.lag import LagUnavailable, partition_lags, with_ages
 
     source = kafka_clients.source_admin(cfg)
     try:

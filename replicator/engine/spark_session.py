@@ -23,7 +23,7 @@ from pathlib import Path
 
 from replicator.config import ReplicatorConfig
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.spark_session")  # the log's public name, kept when the module moved
 
 # The driver JVM only plans epochs and hosts task threads in local mode: records never cross it
 # (spark_source). A 1 GiB G1 heap made it the largest process of the tree for nothing; serial GC

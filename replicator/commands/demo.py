@@ -22,12 +22,12 @@ from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator import config as config_mod
 from replicator import logs
-from replicator.kafka_clients import with_logging
-from replicator.lag import partition_lags
+from replicator.clients.kafka_clients import with_logging
+from replicator.commands.sample_data import SampleProducer
 from replicator.offsets import read_group
-from replicator.sample_data import SampleProducer
+from replicator.ops.lag import partition_lags
 from replicator.sandbox import Sandbox
-from replicator.topic_sync import TopicMapping
+from replicator.topics.sync import TopicMapping
 
 TOPIC, PARTITIONS, NAME = "demo.orders", 4, "demo"
 

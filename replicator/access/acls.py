@@ -15,6 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
+from replicator.clients.kafka_clients import source_reader_group
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 
@@ -101,11 +102,6 @@ def _literal(pattern: str) -> str | None:
     if re.search(r"[.^$*+?()\[\]{}|]", text.replace("\x00.", "").replace("\x00-", "")):
         return None
     return text.replace("\x00", "")
-
-
-def source_reader_group(cfg: ReplicatorConfig) -> str:
-    """The group.id of the source consumer (librdkafka requires one; nothing is committed to it)."""
-    return f"{cfg.name}.source-reader"
 
 
 def translator_group(cfg: ReplicatorConfig) -> str:

@@ -17,7 +17,7 @@ import click
 from confluent_kafka import IsolationLevel, KafkaException, TopicPartition
 from confluent_kafka.admin import OffsetSpec
 
-from replicator.cli import _load_config, connection_options
+from replicator.commands.options import _load_config, connection_options
 
 OK, FAILURE, PARTIAL, TIMEOUT = 0, 1, 3, 4
 _GOOD = ("synced", "would-sync")
@@ -50,7 +50,7 @@ def _table(statuses) -> list[str]:
 
 
 def _source_reachable(cfg) -> bool:
-    from replicator import kafka_clients
+    from replicator.clients import kafka_clients
 
     try:
         kafka_clients.source_admin(cfg).list_topics(timeout=10)
@@ -91,9 +91,11 @@ def groups(config_file: str | None, fmt: str, **flags) -> None:
 
 
 def _fence_and_mark(cfg, kind: str):
-    from replicator import kafka_clients, permissions, topic_sync
+    from replicator.access import permissions
+    from replicator.clients import kafka_clients
+    from replicator.engine.job import fence_previous_layouts
     from replicator.groups import promotion
-    from replicator.job import fence_previous_layouts
+    from replicator.topics import sync as topic_sync
 
     target = kafka_clients.target_admin(cfg)
     permissions.check_promotion_write(cfg, target)  # before fencing: refused later, it would be half-done
@@ -112,9 +114,9 @@ def _fence_and_mark(cfg, kind: str):
 
 def _mappings_from_group(cfg, target):
     """The replicated partitions as the fake group on the target knows them (the source is gone)."""
-    from replicator import kafka_clients
+    from replicator.clients import kafka_clients
     from replicator.offsets import read_group
-    from replicator.topic_sync import TopicMapping
+    from replicator.topics.sync import TopicMapping
 
     reader = kafka_clients.group_reader(cfg)
     try:
@@ -168,9 +170,10 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
     """Planned migration, source up and its producers stopped: wait until replication and every
     selected group are caught up, final checkpoint and sync, fence every shard, write the promotion
     marker; reports zero loss (every source record below the source's end is on the target)."""
-    from replicator import kafka_clients, topic_sync
+    from replicator.clients import kafka_clients
     from replicator.groups.sync import GroupSync
-    from replicator.lag import LagReader
+    from replicator.ops.lag import LagReader
+    from replicator.topics import sync as topic_sync
 
     cfg = _load_config(config_file, flags)
     lag_reader = None
@@ -220,7 +223,7 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
     its offsets start exactly at the failover cut, so `run` with this config copies only what was
     produced on the new primary after it. Run `replicator divergence` first: records the old source
     holds beyond the cut were never replicated and stay where they are."""
-    from replicator import kafka_clients
+    from replicator.clients import kafka_clients
     from replicator.groups import promotion
     from replicator.groups.sync import commit_group
     from replicator.offsets import CommitMetadata, read_group
@@ -270,7 +273,7 @@ def _adopt_old_groups(cfg, marker) -> list[str]:
     """The old source's groups hold pre-failover positions their applications left behind: recorded
     as the reverse job's own writes, so its sync may move them (a group used on the old source
     after this is detected as taken over, as always)."""
-    from replicator import kafka_clients
+    from replicator.clients import kafka_clients
     from replicator.groups.checkpoints import Checkpoint, CheckpointStore, ensure_topics
     from replicator.groups.sync import GroupFilter, group_offsets
 
@@ -308,7 +311,7 @@ def divergence(config_file: str | None, fmt: str, **flags) -> None:
         marker = promotion.read_marker(cfg)
         if marker is None:
             _fail(f"no promotion marker of job {cfg.name!r} on the target: nothing has diverged")
-        from replicator import kafka_clients
+        from replicator.clients import kafka_clients
 
         source = kafka_clients.source_admin(cfg)
         cut = [c for c in marker.cut if c.source_next >= 0]

@@ -33,12 +33,12 @@ from confluent_kafka.admin import (
     NewTopic,
 )
 
-from replicator import permissions
+from replicator.access import permissions
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
-from replicator.topic_filter import TopicFilter
+from replicator.topics.filter import TopicFilter
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("replicator.topic_sync")  # the log's public name, kept when the module moved
 
 # Per-cluster operational settings that must not travel with a topic (full-match regexes).
 CONFIG_EXCLUDES = (

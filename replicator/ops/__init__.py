@@ -1,0 +1,1 @@
+"""What an operator watches: replication lag, Prometheus metrics and the health endpoints."""
