@@ -332,6 +332,11 @@ class ShardCopier:
             msgs = self._fetch(self._wait())
             if msgs:
                 self._produce_batch(producer, msgs, states)
+            else:
+                # Stats go out at most once a second, after a commit; the last commits of a burst
+                # waited for the next record (or the task's end, minutes later) and the driver's
+                # metrics and progress line stood still behind the target meanwhile.
+                self._report()
             # A full batch means the source has more queued: grow the transaction (catch-up
             # throughput) up to its record and time bounds instead of committing at the interval.
             if not self._due(backlog=len(msgs) >= _CONSUME_BATCH and self._behind(states)):

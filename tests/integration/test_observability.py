@@ -282,3 +282,33 @@ def _wait_refresh_after(prometheus: PrometheusServer, sel: str, after: float,
 
     wait_until(refreshed, 120, "a lag lookup", job)
     return seen[0], seen[1]
+
+
+def _metric_sum(url: str, name: str) -> float:
+    with urllib.request.urlopen(url, timeout=10) as r:
+        text = r.read().decode()
+    return sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines()
+               if line.startswith(name + "{") or line.startswith(name + " "))
+
+
+def test_a_quiet_source_after_a_burst_shows_every_copied_record_while_the_task_runs(sandbox, unique, tmp_path):
+    """A shard task runs for minutes (batch_duration_seconds). Each burst below lands within a second
+    of the previous report, the window in which a commit's stats used to wait for the next record."""
+    from confluent_kafka import Producer
+
+    src = sandbox.source.bootstrap
+    topic = name = f"quiet-{unique}"
+    create_topic(src, topic, 1, {"retention.ms": "-1"})
+    producer = Producer({"bootstrap.servers": src, "linger.ms": 0})
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--shards", "1", env=JOB_ENV) as job:
+        url = f"http://127.0.0.1:{metrics_port(job)}/metrics"
+        wait_until(lambda: "progress:" in job.log(), 240, "the job to run", job)
+        for burst in range(1, 4):
+            for i in range(10):
+                producer.produce(topic, key=f"k{burst}-{i}".encode(), value=b"v", partition=0)
+            assert producer.flush(30) == 0
+            wait_until(lambda b=burst: _metric_sum(url, "replicator_replicated_records_total") == 10 * b,
+                       60, f"burst {burst}'s records in the metrics", job, interval=0.05)
+        # Still the first task: nothing above came from a batch's end.
+        assert _metric_sum(url, "replicator_batches_total") == 0
+    assert len(read_all(sandbox.target.bootstrap, topic, 1)[0]) == 30
