@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> None:
@@ -53,9 +53,6 @@ def fake_group_offsets(bootstrap: str, group: str) -> dict[tuple[str, int], int]
 
 
 def end_offsets(bootstrap: str, topic: str, partitions: int, committed: bool = True) -> dict[int, int]:
-    from confluent_kafka import IsolationLevel
-    from confluent_kafka.admin import AdminClient, OffsetSpec
-
     admin = AdminClient({"bootstrap.servers": bootstrap})
     req = {TopicPartition(topic, p): OffsetSpec.latest() for p in range(partitions)}
     level = IsolationLevel.READ_COMMITTED if committed else IsolationLevel.READ_UNCOMMITTED
@@ -115,6 +112,7 @@ def produce_transactional(bootstrap: str, topic: str, records: list[tuple], txn_
     producer = Producer({"bootstrap.servers": bootstrap, "transactional.id": txn_id, "linger.ms": 10})
     producer.init_transactions(60)
     committed = 0
+    written: dict[int, int] = {}
     for n, i in enumerate(range(0, len(records), per_txn), start=1):
         chunk = records[i:i + per_txn]
         producer.begin_transaction()
@@ -122,9 +120,38 @@ def produce_transactional(bootstrap: str, topic: str, records: list[tuple], txn_
         # Kafka 4.1 (transaction.version 2) + librdkafka 2.16: ending a transaction with records
         # still in flight fails with INVALID_TXN_STATE; flushing first avoids it.
         producer.flush(60)
+        if i + per_txn >= len(records):
+            written = _high_watermarks(bootstrap, topic, {r[0] for r in chunk})
         if abort_every and n % abort_every == 0:
             producer.abort_transaction(60)
         else:
             producer.commit_transaction(60)
             committed += len(chunk)
+    _wait_for_markers(bootstrap, topic, written)
     return committed
+
+
+def _high_watermarks(bootstrap: str, topic: str, partitions: set[int]) -> dict[int, int]:
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    req = {TopicPartition(topic, p): OffsetSpec.latest() for p in partitions}
+    return {tp.partition: f.result().offset for tp, f in admin.list_offsets(req).items()}
+
+
+def _wait_for_markers(bootstrap: str, topic: str, written: dict[int, int], timeout: float = 60.0) -> None:
+    """Returns once the last transaction's markers are in its partitions' logs.
+
+    commit_transaction() returns once the commit is decided; the markers land after it. An end
+    offset read in between misses the marker, and a test waiting for the fake group to reach that
+    end waits forever: the group is at the marker + 1 (300 s timeout in
+    test_target_topic_with_too_few_partitions_is_grown_before_any_write, CI 2026-11-26). The last
+    stable offset passes the transaction's records only once its marker is written."""
+    admin = AdminClient({"bootstrap.servers": bootstrap})
+    deadline = time.monotonic() + timeout
+    while written and time.monotonic() < deadline:
+        req = {TopicPartition(topic, p): OffsetSpec.latest() for p in written}
+        stable = admin.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED)
+        if all(f.result().offset >= written[tp.partition] for tp, f in stable.items()):
+            return
+        time.sleep(0.05)
+    # Another writer's open transaction on the same partitions holds the stable offset back; the
+    # caller reads ends with that writer in mind (settled_end_offsets).
