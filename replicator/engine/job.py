@@ -271,8 +271,11 @@ class Replicator:
             attempt, failed_in_a_row = 0, 0
             while True:
                 copied_before = self.stats.records
+                if attempt:
+                    self.stats.new_query()
                 self.query = self._start_query(spark, options, attempt)
                 if attempt == 0:  # observers hook into the session once (listeners, group sync)
+                    spark.streams.addListener(_batch_ends(self.stats))
                     for o in self.observers:
                         o.on_start(self)
                 try:
@@ -296,8 +299,9 @@ class Replicator:
     def _start_query(self, spark, options: dict[str, str], attempt: int):
         # A fresh checkpoint per query: it is never trusted for correctness (the target is).
         checkpoint = self.scratch / ("checkpoint" if attempt == 0 else f"checkpoint-{attempt}")
+        # The tasks copy and emit nothing; Spark's JVM no-op sink costs no Python process.
         return (spark.readStream.format("replicator").options(**options).load()
-                .writeStream.format("replicator").options(**options)
+                .writeStream.format("noop")
                 .option("checkpointLocation", str(checkpoint))
                 .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
                 .queryName(self.cfg.name).start())
@@ -434,6 +438,36 @@ class Replicator:
             log.warning("at shutdown: %s; the next start fences them before writing", e)
         self.stats.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
+
+
+def _batch_ends(stats: ControlServer):
+    from pyspark.sql.streaming import StreamingQueryListener
+
+    from replicator.engine.spark_source import epoch_of
+
+    class BatchEnds(StreamingQueryListener):
+        """Spark's word that a micro-batch finished: every one of its shard tasks ended."""
+
+        def onQueryStarted(self, event) -> None:
+            pass
+
+        seen: set[tuple[str, int]] = set()
+
+        def onQueryProgress(self, event) -> None:
+            progress = event.progress
+            if (progress.runId, progress.batchId) in self.seen:
+                return
+            self.seen.add((progress.runId, progress.batchId))
+            epoch = epoch_of(progress.sources[0].endOffset) if progress.sources else None
+            stats.batch_ended(progress.batchId + 1 if epoch is None else epoch)
+
+        def onQueryIdle(self, event) -> None:
+            pass
+
+        def onQueryTerminated(self, event) -> None:
+            pass
+
+    return BatchEnds()
 
 
 class _Background:

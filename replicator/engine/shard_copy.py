@@ -99,7 +99,6 @@ class CopyStats:
     producer_recreations: int = 0
     data_loss_events: int = 0
     refreshed: int = 0  # idle partitions whose unchanged offsets were re-committed
-    batch_records: int = 0  # records the whole task copied (what it reported live included)
     transaction_seconds: list[float] = field(default_factory=list)
     latency_seconds: list[float] = field(default_factory=list)
     # "topic|partition" -> [records, bytes, next source offset, commit unix time]
@@ -590,7 +589,6 @@ class ShardCopier:
             agg[2] = s.next
             agg[3] = now
             self.stats.records += s.records
-            self.stats.batch_records += s.records
             self.stats.bytes += s.bytes
             if s.refresh and not s.records:
                 self.stats.refreshed += 1
@@ -605,8 +603,8 @@ class ShardCopier:
             return
         if not force and time.monotonic() - self._reported < _REPORT_INTERVAL_S:
             return
-        if self._link.report({**self.stats.to_dict(), "batch_records": 0}):
-            self.stats = CopyStats(batch_records=self.stats.batch_records)
+        if self._link.report(self.stats.to_dict()):
+            self.stats = CopyStats()
         self._reported = time.monotonic()
 
     def _produce_index(self, producer: Producer, advanced: list[_PartitionState]) -> None:

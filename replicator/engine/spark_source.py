@@ -1,4 +1,4 @@
-"""Spark wiring: a Python streaming data source that plans micro-batches and a sink that copies them.
+"""Spark wiring: a Python streaming data source whose tasks copy; a JVM no-op sink ends the plan.
 
 A micro-batch is an epoch, not a range of offsets: its plan gives each shard the partitions it owns,
 and the shard's task copies whatever arrives in them for `batch_duration_seconds` (see `shard_copy`),
@@ -11,13 +11,17 @@ Planning (driver): offsets are `{"#epoch": {"n": N}}`. Every trigger after a fin
 next epoch, unless the job is stopping or nothing is selected. No offsets are looked up for it: where
 each partition resumes is read by its task from the fake group on the target.
 
-Copying (executors): the reader emits one row per shard describing its partitions; the writer's
-task runs that shard's exactly-once copy in the same Python worker that produces. Records therefore
-cross from the source consumer to the target producer without a round trip through the JVM;
-bench/DESIGN.md has the measurement behind that choice.
+Copying (executors): the reader's task for a shard runs that shard's exactly-once copy in its own
+Python worker and emits no rows; the query's sink is Spark's JVM `noop`. Records cross from the
+source consumer to the target producer without a round trip through the JVM (bench/DESIGN.md), and
+a task costs one Python worker: a Python sink took a second one per shard, idle for the whole task
+and kept another minute by Spark, plus a Python process on the driver for every batch's commit
+(~250 MiB of the process tree in its first minute, BENCHMARKS.md). What a task copied reaches the
+driver live through `task_control`; that Spark finished a batch, the driver learns from its query
+listener (`Replicator`).
 
 The Spark checkpoint of a query only stores these epochs; a run always uses a fresh one, because the
-writer resumes from the target's fake group whatever the plan says.
+tasks resume from the target's fake group whatever the plan says.
 """
 
 from __future__ import annotations
@@ -30,13 +34,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 from confluent_kafka import KafkaException
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    InputPartition,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 from replicator import logs
@@ -62,9 +60,6 @@ class ReplicatorDataSource(DataSource):
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return ReplicationPlanner(self.options)
 
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return ShardWriter(self.options)
-
 
 @dataclass
 class ShardPlan(InputPartition):
@@ -74,10 +69,12 @@ class ShardPlan(InputPartition):
 
 
 class ReplicationPlanner(DataSourceStreamReader):
-    """Runs in one long-lived Python process on the driver; state persists between calls."""
+    """Plans in one long-lived Python process on the driver (state persists between calls); `read`
+    runs on executors, in a copy of the planner as it was built."""
 
     def __init__(self, options: dict[str, str]) -> None:
         self.cfg = ReplicatorConfig.from_json(options["config"])
+        self.stats_addr = options.get("stats_addr", "")
         # This Python process is Spark's, not the driver's: topic events logged here (created, grown,
         # synced, deleted) need the job's log format too.
         logs.configure(self.cfg.log_format, self.cfg.log_level)
@@ -146,10 +143,12 @@ class ReplicationPlanner(DataSourceStreamReader):
                 for shard, work in sorted(by_shard.items())]
 
     def read(self, partition: ShardPlan) -> Iterator[tuple[int, str]]:
-        yield (partition.shard, partition.ranges)
+        """The shard's task: copies until the batch's duration ends or the driver ends it."""
+        copy_shard(self.cfg, partition, self.stats_addr)
+        yield from ()
 
     def commit(self, end: Offsets) -> None:
-        # The truth was committed on the target, in the writers' transactions.
+        # The truth was committed on the target, in the tasks' transactions.
         self._batch_ran = True
 
 
@@ -157,57 +156,38 @@ def _epoch(offsets: Offsets) -> int:
     return int(offsets.get(EPOCH_KEY, {}).get("n", 0))
 
 
-@dataclass
-class ShardCommitMessage(WriterCommitMessage):
-    stats: dict
+def epoch_of(end_offset_json: str) -> int | None:
+    """The epoch of a query progress event's end offset (`SourceProgress.endOffset`)."""
+    try:
+        return _epoch(json.loads(end_offset_json))
+    except (TypeError, ValueError, AttributeError):
+        return None
 
 
-class ShardWriter(DataSourceStreamWriter):
-    """`write` runs on executors; `commit`/`abort` on the driver with the successful attempts' stats."""
+def copy_shard(cfg: ReplicatorConfig, plan: ShardPlan, stats_addr: str) -> None:
+    """Executors: one shard's exactly-once copy for one batch."""
+    from pyspark import TaskContext
 
-    def __init__(self, options: dict[str, str]) -> None:
-        self.config_json = options["config"]
-        self.stats_addr = options.get("stats_addr", "")
+    from replicator.engine.shard_copy import CopyRange, fault_for_attempt
+    from replicator.engine.task_control import DriverLink
 
-    def write(self, iterator: Iterator) -> ShardCommitMessage:
-        from pyspark import TaskContext
-
-        from replicator.engine.shard_copy import CopyRange, fault_for_attempt
-        from replicator.engine.task_control import DriverLink
-
-        cfg = ReplicatorConfig.from_json(self.config_json)
-        logs.configure(cfg.log_format, cfg.log_level)  # an executor's Python worker: the job's log format too
-        ctx = TaskContext.get()
-        fault = fault_for_attempt(ctx.attemptNumber() if ctx else 0)
-        deadline = time.monotonic() + cfg.batch_duration_seconds
-        total: dict = {}
-        for row in iterator:
-            work = json.loads(row.ranges)
-            link = DriverLink(self.stats_addr, work["batch"], row.shard)
-            try:
-                copier = _copier(cfg, row.shard, fault, deadline, link)
-                if copier is None:
-                    continue
-                ranges = [CopyRange(source, target, p, -1) for source, target, p in work["copy"]]
-                stats = copier.run(ranges, deadline, link).to_dict()
-            finally:
-                link.close()
-            total = _merge(total, stats)
-        return ShardCommitMessage(total)
-
-    def commit(self, messages: list, batchId: int) -> None:
-        # The tasks' stats went to the driver live; what is left here is what they could not send.
-        merged: dict = {}
-        for m in messages:
-            if m is not None:
-                merged = _merge(merged, m.stats)
-        if self.stats_addr:
-            _send_stats(self.stats_addr, {**merged, "batch": batchId, "batches": 1})
-
-    def abort(self, messages: list, batchId: int) -> None:
-        # Nothing to undo: a failed attempt's committed transactions are real and recorded in the
-        # fake group; the retry resumes after them.
-        log.warning("micro-batch %s aborted by Spark; the next attempt resumes from the target", batchId)
+    logs.configure(cfg.log_format, cfg.log_level)  # an executor's Python worker: the job's log format too
+    ctx = TaskContext.get()
+    fault = fault_for_attempt(ctx.attemptNumber() if ctx else 0)
+    deadline = time.monotonic() + cfg.batch_duration_seconds
+    work = json.loads(plan.ranges)
+    link = DriverLink(stats_addr, work["batch"], plan.shard)
+    try:
+        copier = _copier(cfg, plan.shard, fault, deadline, link)
+        if copier is None:
+            return
+        ranges = [CopyRange(source, target, p, -1) for source, target, p in work["copy"]]
+        left = copier.run(ranges, deadline, link)
+    finally:
+        link.close()
+    if not left.empty() and stats_addr:
+        # The live line broke during the task: one more try on a fresh connection (metrics only).
+        _send_stats(stats_addr, {**left.to_dict(), "batch": work["batch"], "shard": plan.shard})
 
 
 def _copier(cfg: ReplicatorConfig, shard: int, fault: str | None, deadline: float, link):
@@ -231,27 +211,9 @@ def _copier(cfg: ReplicatorConfig, shard: int, fault: str | None, deadline: floa
             wait = min(wait * 2, 5.0)
 
 
-def _merge(a: dict, b: dict) -> dict:
-    if not a:
-        return json.loads(json.dumps(b))
-    out = dict(a)
-    for k, v in b.items():
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out[k] = out.get(k, 0) + v
-        elif isinstance(v, list):
-            out[k] = out.get(k, []) + v
-        elif isinstance(v, dict):
-            parts = dict(out.get(k, {}))
-            for pk, (records, nbytes, nxt, ts) in v.items():
-                prev = parts.get(pk, [0, 0, 0, 0.0])
-                parts[pk] = [prev[0] + records, prev[1] + nbytes, max(prev[2], nxt), max(prev[3], ts)]
-            out[k] = parts
-    return out
-
-
 def _send_stats(addr: str, payload: dict) -> None:
     from replicator.engine.task_control import DriverLink
 
-    link = DriverLink(addr, payload["batch"], -1)  # metrics must never fail a batch whose data is committed
+    link = DriverLink(addr, payload["batch"], payload.get("shard", -1))  # metrics never fail a task
     link.report(payload)
     link.close()

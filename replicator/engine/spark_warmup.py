@@ -4,8 +4,8 @@ A job records the archive at its clean stop when asked (`spark_class_cache_recor
 starts from its image every time, and its root filesystem is read-only in the shipped manifests: a
 pod could never keep an archive it recorded. So the image build records one (Dockerfile) with this
 command: a session configured exactly as the job's (same JVM options and SPARK_HOME, so the same
-archive key), running one micro-batch through a Python streaming source and sink of the job's
-kinds, which loads the classes a job's start loads.
+archive key), running one micro-batch through a Python streaming source into the job's `noop`
+sink, which loads the classes a job's start loads.
 """
 
 from __future__ import annotations
@@ -19,13 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import click
-from pyspark.sql.datasource import (
-    DataSource,
-    DataSourceStreamReader,
-    DataSourceStreamWriter,
-    InputPartition,
-    WriterCommitMessage,
-)
+from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 log = logging.getLogger("replicator.spark_warmup")  # the log's public name, kept when the module moved
@@ -41,9 +35,6 @@ class _OneBatch(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _Reader()
-
-    def streamWriter(self, schema: StructType, overwrite: bool) -> DataSourceStreamWriter:
-        return _Writer()
 
 
 class _Reader(DataSourceStreamReader):
@@ -63,19 +54,6 @@ class _Reader(DataSourceStreamReader):
         pass
 
 
-class _Writer(DataSourceStreamWriter):
-    def write(self, iterator: Iterator) -> WriterCommitMessage:
-        for _ in iterator:
-            pass
-        return WriterCommitMessage()
-
-    def commit(self, messages: list, batchId: int) -> None:
-        pass
-
-    def abort(self, messages: list, batchId: int) -> None:
-        pass
-
-
 def record(cfg) -> Path | None:
     """Records the archive for `cfg`'s Spark settings; returns it, or None when none was written."""
     from replicator.engine import spark_session
@@ -91,7 +69,7 @@ def record(cfg) -> Path | None:
         spark = spark_session.spark_session(cfg, scratch)
         spark.dataSource.register(_OneBatch)
         query = (spark.readStream.format(_OneBatch.name()).load()
-                 .writeStream.format(_OneBatch.name()).option("checkpointLocation", str(scratch / "checkpoint"))
+                 .writeStream.format("noop").option("checkpointLocation", str(scratch / "checkpoint"))
                  .trigger(processingTime="100 milliseconds").start())
         query.processAllAvailable()
         query.stop()

@@ -8,7 +8,7 @@ the stats of the transactions it committed since the last exchange (possibly non
 answers whether the task must end now.
 
 Losing the line never affects what is copied: a task that cannot reach the driver keeps copying
-until its batch duration ends, and hands its stats back through Spark's commit message instead.
+until its batch duration ends, and tries once more on a fresh connection when it ends.
 """
 
 from __future__ import annotations
@@ -38,6 +38,7 @@ class ControlServer:
         self._stopping = False
         self._ended_before = -1  # tasks of batches up to this one must end
         self._highest_batch = -1
+        self._batch_records: dict[int, int] = {}  # records committed by each running batch's tasks
         server = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -68,8 +69,24 @@ class ControlServer:
         with self._lock:
             self.records += stats.get("records", 0)
             self.batches += stats.get("batches", 0)
+            if not stats.get("batches") and "batch" in stats:
+                batch = int(stats["batch"])
+                self._batch_records[batch] = self._batch_records.get(batch, 0) + stats.get("records", 0)
         if self._on_stats:
             self._on_stats(stats)
+
+    def batch_ended(self, batch: int) -> None:
+        """Spark finished batch `batch` (every task of it ended): one "batches" event with the records
+        its tasks committed."""
+        with self._lock:
+            records = self._batch_records.pop(batch, 0)
+        self.add({"batch": batch, "batches": 1, "batch_records": records})
+
+    def new_query(self) -> None:
+        """A restarted query numbers its batches from 1 again: forget the failed query's."""
+        with self._lock:
+            self._ended_before, self._highest_batch = -1, -1
+            self._batch_records.clear()
 
     def end_running_batches(self) -> None:
         """The running tasks commit and end; the next batch is planned with what changed."""
@@ -122,7 +139,7 @@ class DriverLink:
             self._stop = self._stop or bool(json.loads(line).get("stop"))
             return True
         except (OSError, ValueError) as e:
-            # Copying goes on to the end of the batch; the stats travel in Spark's commit message.
+            # Copying goes on to the end of the batch; the stats get one more try at its end.
             log.warning("shard %d lost its line to the driver at %s (%s): live stats and early stop are off "
                         "for this task", self.shard, self.address, e, extra={"shard": self.shard})
             self._broken = True

@@ -1,6 +1,6 @@
 """Prometheus metrics of a run, fed by the job's observer hooks.
 
-Counters come from the writers' commit messages (what the transactions really committed), lag from
+Counters come from the shard tasks' live stats (what their transactions really committed), lag from
 the clusters (`replicator.ops.lag`), micro-batch timings from Spark's streaming query listener. Every
 name follows the Prometheus conventions (base units, `_total`, `_seconds`, `_bytes`); labels are
 limited to `topic` (source), `partition` and `target_topic`.
@@ -88,7 +88,8 @@ class ReplicatorMetrics:
         self.topics_deleted = Counter("replicator_source_topics_deleted_total",
                                       "Selected source topics that were deleted (their target topics are kept).",
                                       ("topic",), registry=r)
-        self.batches = Counter("replicator_batches_total", "Micro-batches whose writers committed.", registry=r)
+        self.batches = Counter("replicator_batches_total",
+                               "Micro-batches Spark finished (all their shard tasks ended).", registry=r)
         self.batch_records = Histogram("replicator_batch_records", "Records committed per micro-batch.",
                                        buckets=_RECORDS_BUCKETS, registry=r)
         self.batch_duration = Histogram("replicator_batch_duration_seconds",

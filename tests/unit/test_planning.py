@@ -7,7 +7,7 @@ import json
 from replicator.config import ReplicatorConfig
 from replicator.engine.shard_copy import needs_refresh
 from replicator.engine.sharding import shard_of
-from replicator.engine.spark_source import EPOCH_KEY, ReplicationPlanner, _merge
+from replicator.engine.spark_source import EPOCH_KEY, ReplicationPlanner, epoch_of
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed
 
 
@@ -65,13 +65,6 @@ def test_an_idle_partition_is_re_committed_once_its_last_commit_is_stale():
     assert not needs_refresh(None, stale_before=10**10)
 
 
-def test_stats_merge_adds_counts_and_keeps_the_furthest_offset():
-    a = {"records": 3, "bytes": 30, "transactions": 1, "latency_seconds": [0.1],
-         "partitions": {"t|0": [3, 30, 13, 100.0]}}
-    b = {"records": 2, "bytes": 20, "transactions": 1, "latency_seconds": [0.2],
-         "partitions": {"t|0": [2, 20, 11, 90.0], "t|1": [1, 5, 4, 95.0]}}
-    merged = _merge(_merge({}, a), b)
-    assert merged["records"] == 5 and merged["bytes"] == 50 and merged["transactions"] == 2
-    assert merged["latency_seconds"] == [0.1, 0.2]
-    assert merged["partitions"] == {"t|0": [5, 50, 13, 100.0], "t|1": [1, 5, 4, 95.0]}
-    assert a["partitions"]["t|0"] == [3, 30, 13, 100.0]  # inputs untouched
+def test_a_progress_events_end_offset_gives_the_batch_epoch():
+    assert epoch_of('{"#epoch":{"n":7}}') == 7
+    assert epoch_of("not json") is None and epoch_of(None) is None  # the caller falls back to batchId + 1
