@@ -96,7 +96,7 @@ class ReplicatorMetrics:
                                         "Micro-batch duration reported by Spark's query progress.",
                                         buckets=_BATCH_BUCKETS, registry=r)
         self.last_progress = Gauge("replicator_last_batch_timestamp_seconds",
-                                   "Unix time the last micro-batch committed.", registry=r)
+                                   "Unix time the shard tasks last reported committed transactions.", registry=r)
         self.ready = Gauge("replicator_ready", "1 when /readyz answers 200.", registry=r)
         # Consumer-group checkpointing and sync (replicator.groups.sync); labelled by source group.
         self.group_checkpoint = Gauge(
