@@ -46,6 +46,33 @@ def _port_shift() -> int:
     return int(os.environ.get("REPLICATOR_SANDBOX_PORT_SHIFT", "0"))
 
 
+def startup_failure(log: str, port: int) -> str:
+    """Why a broker exited while starting, from its log: the tail is its shutdown, the cause comes first."""
+    cause = next((line for line in log.splitlines() if " ERROR " in line), "")
+    if not cause:
+        return ""
+    hint = ""
+    if "Address already in use" in log:
+        low, high = _ephemeral_ports()
+        if low <= port <= high:
+            # Seen in a clean-clone run at port shift 5000: a client connection of a chaos run beside it
+            # had been given the target's port as its local (ephemeral) port.
+            hint = (f"; port {port} lies in this machine's ephemeral port range ({low}-{high}), where any "
+                    f"client connection can take it: choose REPLICATOR_SANDBOX_PORT_SHIFT so that every "
+                    f"sandbox port stays below {low}")
+        else:
+            hint = f"; port {port} is taken by another process"
+    return f" ({cause.strip()}{hint})"
+
+
+def _ephemeral_ports() -> tuple[int, int]:
+    try:
+        low, high = Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()
+        return int(low), int(high)
+    except (OSError, ValueError):
+        return 32768, 60999  # Linux's default
+
+
 def default_root() -> Path:
     if env := os.environ.get("REPLICATOR_SANDBOX_DIR"):
         return Path(env)
@@ -269,7 +296,12 @@ class KafkaCluster:
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             if not self.running():
-                raise RuntimeError(f"the {self.name} broker exited during start-up:\n{self.log_tail()}")
+                try:
+                    log = self.log_file.read_text(errors="replace")
+                except OSError:
+                    log = ""
+                raise RuntimeError(f"the {self.name} broker exited during start-up{startup_failure(log, self.port)}:"
+                                   f"\n{self.log_tail()}")
             if port_open(self.port, self.host) and self._started_logged():
                 return
             time.sleep(0.25)
