@@ -7,7 +7,7 @@ import time
 import pytest
 
 from replicator.config import ReplicatorConfig
-from replicator.engine.transactional_ids import FenceError, fence, parse, shard_id, to_fence
+from replicator.engine.transactional_ids import FenceError, fence, parse, shard_id, to_fence, with_retries
 
 
 def test_format_and_exact_parse():
@@ -41,3 +41,24 @@ def test_a_fence_that_cannot_complete_raises_naming_every_id():
     assert "job-shard-0" in str(e.value) and "job-shard-1" in str(e.value)
     assert "2 of 2" in str(e.value)
     assert time.monotonic() - started < 30
+
+
+def test_a_listing_the_coordinator_is_still_loading_is_asked_again_and_other_errors_are_not():
+    from kafka.errors import CoordinatorLoadInProgressError, TopicAuthorizationFailedError
+
+    answers = [CoordinatorLoadInProgressError("loading"), CoordinatorLoadInProgressError("loading"), {"b1": []}]
+
+    def call():
+        a = answers.pop(0)
+        if isinstance(a, Exception):
+            raise a
+        return a
+
+    assert with_retries(call, timeout=5, first_wait=0.01) == {"b1": []}
+    with pytest.raises(TopicAuthorizationFailedError):  # not retriable: at once
+        with_retries(lambda: (_ for _ in ()).throw(TopicAuthorizationFailedError("no")), timeout=5, first_wait=0.01)
+    started = time.monotonic()
+    with pytest.raises(CoordinatorLoadInProgressError):  # retriable, but only until the timeout
+        with_retries(lambda: (_ for _ in ()).throw(CoordinatorLoadInProgressError("loading")), timeout=0.2,
+                     first_wait=0.01)
+    assert time.monotonic() - started < 2
