@@ -123,7 +123,7 @@ class DriverLink(Protocol):
 class _PartitionState:
     r: CopyRange
     next: int  # next source offset to copy (or _OFFSET_BEGINNING until the first record)
-    promised: bool  # the fake group held an offset: a gap below the log start is data loss
+    promised: bool  # the fake group holds an offset (at start or since a commit): a gap below it is data loss
     meta: CommitMetadata
     done: bool = False
     dirty: bool = False  # advanced in the open transaction
@@ -526,7 +526,12 @@ class ShardCopier:
         tp = TopicPartition(st.r.source_topic, st.r.partition)
         low, _ = self.consumer.get_watermark_offsets(tp, timeout=30)
         where = f"source {st.r.source_topic}[{st.r.partition}]"
-        if st.promised and st.next < low:
+        if not st.promised and not st.records:
+            # Nothing of the partition was ever copied or committed: a first position below the log
+            # start is where its copy begins, not a gap (the index then starts at the log start, as
+            # for a copy from the beginning).
+            st.next = st.txn_begin = max(low, st.next)
+        elif st.next < low:
             lost = f"offsets {st.next}..{low - 1} were deleted by retention before being replicated"
             if self.cfg.on_data_loss == "fail":
                 raise DataLossError(f"{where}: {lost} (on_data_loss=fail; set it to 'skip' to continue "
@@ -596,6 +601,7 @@ class ShardCopier:
                 self.stats.latency_seconds += [now - s.first_ts / 1000, now - s.last_ts / 1000]
             s.dirty, s.refresh, s.records, s.bytes, s.first_ts, s.last_ts = False, False, 0, 0, -1, -1
             s.txn_begin, s.first_pair, s.gaps, s.delivery_error = s.next, None, [], None
+            s.promised = True  # the fake group holds its offset now: a later gap is data loss
         self._report()
 
     def _report(self, force: bool = False) -> None:
