@@ -9,9 +9,16 @@ asks `classify` instead of reading the flags itself, so they all agree.
 
 from __future__ import annotations
 
+import logging
+import time
+from collections.abc import Callable
 from enum import Enum
+from typing import TypeVar
 
 from confluent_kafka import KafkaError
+
+log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 
 class Outcome(Enum):
@@ -79,3 +86,21 @@ def transient(err: KafkaError) -> bool:
     if _refused_after_failure(err):
         return True
     return err.code() not in _FATAL and err.code() not in _FENCED and (err.retriable() or err.code() in _TRANSIENT)
+
+
+def while_retriable(call: Callable[[], T], timeout: float, what: str, first_wait: float = 0.1,
+                    max_wait: float = 2.0) -> T:
+    """`call()`, again while its error says `retriable` (kafka-python's errors and ours do: a
+    coordinator still loading after a broker start, a group coordinator that does not exist yet on a
+    new cluster), with waits doubling up to `max_wait`, until `timeout` has passed."""
+    deadline = time.monotonic() + timeout
+    wait = first_wait
+    while True:
+        try:
+            return call()
+        except Exception as e:
+            if not getattr(e, "retriable", False) or time.monotonic() + wait > deadline:
+                raise
+            log.info("%s: %s; asking again in %.1fs", what, e, wait)
+            time.sleep(wait)
+            wait = min(wait * 2, max_wait)

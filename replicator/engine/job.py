@@ -268,14 +268,14 @@ class Replicator:
             spark.dataSource.register(ReplicatorDataSource)
             options = {"config": self.cfg.to_json(), "stop_flag": str(self.scratch / "stop"),
                        "stats_addr": f"{_driver_host(self.cfg, spark)}:{self.stats.port}"}
+            spark.streams.addListener(_batch_ends(self.stats))  # before the query: no batch end missed
             attempt, failed_in_a_row = 0, 0
             while True:
                 copied_before = self.stats.records
                 if attempt:
                     self.stats.new_query()
                 self.query = self._start_query(spark, options, attempt)
-                if attempt == 0:  # observers hook into the session once (listeners, group sync)
-                    spark.streams.addListener(_batch_ends(self.stats))
+                if attempt == 0:  # observers hook into the run once (group sync, readiness)
                     for o in self.observers:
                         o.on_start(self)
                 try:
@@ -446,12 +446,14 @@ def _batch_ends(stats: ControlServer):
     from replicator.engine.spark_source import epoch_of
 
     class BatchEnds(StreamingQueryListener):
-        """Spark's word that a micro-batch finished: every one of its shard tasks ended."""
+        """Spark's word that a micro-batch finished: every one of its shard tasks ended. The job's
+        only query listener: the batch end reaches the observers as a "batches" event."""
+
+        def __init__(self) -> None:
+            self.seen: set[tuple[str, int]] = set()
 
         def onQueryStarted(self, event) -> None:
             pass
-
-        seen: set[tuple[str, int]] = set()
 
         def onQueryProgress(self, event) -> None:
             progress = event.progress
@@ -459,7 +461,7 @@ def _batch_ends(stats: ControlServer):
                 return
             self.seen.add((progress.runId, progress.batchId))
             epoch = epoch_of(progress.sources[0].endOffset) if progress.sources else None
-            stats.batch_ended(progress.batchId + 1 if epoch is None else epoch)
+            stats.batch_ended(progress.batchId + 1 if epoch is None else epoch, progress.batchDuration / 1000)
 
         def onQueryIdle(self, event) -> None:
             pass

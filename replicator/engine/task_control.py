@@ -75,12 +75,12 @@ class ControlServer:
         if self._on_stats:
             self._on_stats(stats)
 
-    def batch_ended(self, batch: int) -> None:
-        """Spark finished batch `batch` (every task of it ended): one "batches" event with the records
-        its tasks committed."""
+    def batch_ended(self, batch: int, seconds: float) -> None:
+        """Spark finished batch `batch` (every task of it ended) in `seconds`: one "batches" event
+        with the records its tasks committed."""
         with self._lock:
             records = self._batch_records.pop(batch, 0)
-        self.add({"batch": batch, "batches": 1, "batch_records": records})
+        self.add({"batch": batch, "batches": 1, "batch_records": records, "batch_seconds": seconds})
 
     def new_query(self) -> None:
         """A restarted query numbers its batches from 1 again: forget the failed query's."""

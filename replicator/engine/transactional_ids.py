@@ -18,7 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from confluent_kafka import KafkaException
 
 from replicator.clients import kafka_clients
-from replicator.clients.client_errors import Outcome, classify
+from replicator.clients.client_errors import Outcome, classify, while_retriable
 from replicator.config import ReplicatorConfig
 
 log = logging.getLogger("replicator.transactional_ids")  # the log's public name, kept when the module moved
@@ -64,29 +64,12 @@ def listed(cfg: ReplicatorConfig, names: Iterable[str]) -> list[str]:
     names = sorted(set(names))
     admin = KafkaAdminClient(**client_settings(cfg.client_properties("target"), cfg.target_bootstrap_servers))
     try:
-        per_broker = with_retries(admin.list_transactions, _FENCE_TIMEOUT_S)
+        per_broker = while_retriable(admin.list_transactions, _FENCE_TIMEOUT_S, "listing the target's transactions")
     finally:
         admin.close()
     rows = [t for listing in per_broker.values() for t in listing]
     return sorted({t.transactional_id for t in rows if any(parse(n, t.transactional_id) is not None for n in names)},
                   key=_sort_key)
-
-
-def with_retries(call, timeout: float, first_wait: float = 0.1):
-    """`call()`, again while kafka-python says the error is retriable (a coordinator still loading its
-    transaction log after a broker start answers COORDINATOR_LOAD_IN_PROGRESS: a job started right
-    after its target cluster exited 1 on it, seen in `make bench`), until `timeout` has passed."""
-    deadline = time.monotonic() + timeout
-    wait = first_wait
-    while True:
-        try:
-            return call()
-        except Exception as e:
-            if not getattr(e, "retriable", False) or time.monotonic() + wait > deadline:
-                raise
-            log.info("listing the target's transactions: %s; asking again in %.1fs", e, wait)
-            time.sleep(wait)
-            wait = min(wait * 2, 2.0)
 
 
 def to_fence(cfg: ReplicatorConfig, layouts: Iterable[tuple[str, int]], listed_ids: Iterable[str]) -> list[str]:

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from confluent_kafka import KafkaError, TopicPartition
 
 from replicator.clients import kafka_clients
+from replicator.clients.client_errors import while_retriable
 from replicator.clients.kafka_python_clients import client_settings
 from replicator.config import ReplicatorConfig
 from replicator.topics.sync import TopicMapping
@@ -154,16 +155,10 @@ def partition_lags(cfg: ReplicatorConfig, mappings: list[TopicMapping], timeout_
     clusters answer "not now": a new cluster has no group coordinator until __consumer_offsets exists."""
     if not mappings:
         return []
-    deadline = time.monotonic() + timeout_s
     reader = LagReader(cfg)
     try:
-        while True:
-            try:
-                return reader.lags(mappings)
-            except LagUnavailable as e:
-                if not e.retriable or time.monotonic() > deadline:
-                    raise
-                time.sleep(0.5)
+        return while_retriable(lambda: reader.lags(mappings), timeout_s, "the lag lookup", first_wait=0.5,
+                               max_wait=0.5)
     finally:
         reader.close()
 

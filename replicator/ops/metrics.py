@@ -148,9 +148,7 @@ class MetricsObserver:
         self._policy = policy_for(cfg)
         self._lock = threading.Lock()
         self._job = None
-        self._listener = None
         self._stopped = False
-        self._seen_batches: set[int] = set()
         self._partitions: set[tuple[str, str, str]] = set()
         self.last_batch_at = 0.0
         self.last_lag_at = 0.0
@@ -160,15 +158,6 @@ class MetricsObserver:
     # -- JobObserver --------------------------------------------------------------------------
     def on_start(self, job) -> None:
         self._job = job
-        self._listener = _batch_listener(self)
-        try:
-            job.spark.streams.addListener(self._listener)
-        except Exception as e:  # noqa: BLE001 - batch timings are optional, replication is not
-            self._listener = None
-            log.warning("no micro-batch duration metrics: the query listener failed to register: %s", e)
-        # Batches that finished before the listener was registered.
-        for progress in job.query.recentProgress or []:
-            self.on_progress(progress.batchId, progress.batchDuration)
 
     def on_batch(self, stats: dict) -> None:
         m = self.metrics
@@ -196,6 +185,8 @@ class MetricsObserver:
         if stats.get("batches"):  # a micro-batch ended: its leftovers; the rest arrived live
             m.batches.inc(stats["batches"])
             m.batch_records.observe(stats.get("batch_records", 0))
+            if "batch_seconds" in stats:
+                m.batch_duration.observe(stats["batch_seconds"])
         m.last_progress.set(now)
         self.last_batch_at = now
         # Rare events get a log line whose fields are named like the metrics, for log-based alerting.
@@ -242,19 +233,6 @@ class MetricsObserver:
 
     def on_stop(self) -> None:
         self._stopped = True
-        if self._listener is not None and self._job is not None:
-            try:
-                self._job.spark.streams.removeListener(self._listener)
-            except Exception as e:  # noqa: BLE001 - Spark may already be going away
-                log.debug("query listener removal: %s", e)
-
-    # -- fed by the query listener ------------------------------------------------------------------
-    def on_progress(self, batch_id: int, duration_ms: int) -> None:
-        with self._lock:
-            if batch_id in self._seen_batches:
-                return
-            self._seen_batches.add(batch_id)
-        self.metrics.batch_duration.observe(duration_ms / 1000)
 
     # -- readiness -------------------------------------------------------------------------
     def readiness(self) -> tuple[bool, str]:
@@ -277,22 +255,3 @@ class MetricsObserver:
             return True, "caught up"
         return False, (f"no micro-batch committed in the last {window:g}s and the lag is "
                        f"{'unknown' if self.lag_total is None else self.lag_total} offsets")
-
-
-def _batch_listener(observer: MetricsObserver):
-    from pyspark.sql.streaming import StreamingQueryListener
-
-    class BatchListener(StreamingQueryListener):
-        def onQueryStarted(self, event) -> None:
-            pass
-
-        def onQueryProgress(self, event) -> None:
-            observer.on_progress(event.progress.batchId, event.progress.batchDuration)
-
-        def onQueryIdle(self, event) -> None:
-            pass
-
-        def onQueryTerminated(self, event) -> None:
-            pass
-
-    return BatchListener()

@@ -204,6 +204,8 @@ def test_prometheus_sees_exact_lag_and_throughput(sandbox, prometheus, unique, t
         copied = {p: len(v) for p, v in read_all(dst, topic, PARTITIONS).items()}
         assert by_partition(prometheus.query(f"replicator_replicated_records_total{sel}", at)[1]) == copied
         assert list(prometheus.query(f"replicator_batches_total{sel}", at)[1].values()) == [1.0]
+        # That batch's duration, from the same batch end (Spark's progress event).
+        assert list(prometheus.query(f"replicator_batch_duration_seconds_count{sel}", at)[1].values()) == [1.0]
 
         # Stalled with a backlog: alive, but not ready once the readiness window has passed.
         assert http_status(f"http://{instance}/healthz") == 200

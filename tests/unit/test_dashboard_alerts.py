@@ -73,7 +73,7 @@ def expand(expr: str) -> str:
 
 
 def observer_after_traffic() -> MetricsObserver:
-    """The job's metrics once they have seen a batch, a lag lookup and a query progress event."""
+    """The job's metrics once they have seen a batch, a lag lookup and a batch end."""
     cfg = config_mod.load({"source_bootstrap_servers": "h:1", "target_bootstrap_servers": "h:2", "topics": "t"},
                           environ={})
     obs = MetricsObserver(cfg)
@@ -81,7 +81,7 @@ def observer_after_traffic() -> MetricsObserver:
                   "data_loss_events": 0, "transaction_seconds": [0.1], "latency_seconds": [0.2],
                   "partitions": {"t|0": [1, 1, 1, 1.0]}})
     obs.on_lag([PartitionLag("t", "t", 0, 1, 1, 0)])
-    obs.on_progress(0, 100)
+    obs.on_batch({"batch": 1, "batches": 1, "batch_records": 1, "batch_seconds": 0.1})
     part = PartitionStatus("t", 0, "t", 5, 4, True, 0, "index")
     obs.metrics.on_groups([GroupStatus("app", "synced", [part])])
     obs.metrics.translation_failures.inc(0)

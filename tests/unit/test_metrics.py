@@ -38,18 +38,6 @@ class _Job:
     def __init__(self) -> None:
         self.query = _Query()
 
-        class _Streams:
-            def addListener(self, listener) -> None:  # noqa: N802 - Spark's API
-                self.listener = listener
-
-            def removeListener(self, listener) -> None:  # noqa: N802
-                self.listener = None
-
-        class _Spark:
-            streams = _Streams()
-
-        self.spark = _Spark()
-
 
 def value(observer: MetricsObserver, name: str, **labels) -> float | None:
     return observer.metrics.registry.get_sample_value(name, labels)
@@ -137,7 +125,6 @@ def test_readiness_needs_a_running_query_and_recent_progress_or_caught_up(monkey
     assert obs.readiness() == (False, "the streaming query has not started yet")
     job = _Job()
     obs.on_start(job)
-    assert job.spark.streams.listener is not None
     ready, reason = obs.readiness()
     assert not ready and "no micro-batch committed in the last 30s" in reason and "unknown" in reason
     obs.on_lag([PartitionLag("orders", "east.orders", 0, 100, 100, 0)])
@@ -155,13 +142,14 @@ def test_readiness_needs_a_running_query_and_recent_progress_or_caught_up(monkey
     assert value(obs, "replicator_ready") == 0
 
 
-def test_batch_durations_from_progress_are_counted_once():
+def test_batch_durations_come_from_batch_ends_only():
     obs = MetricsObserver(CFG)
-    obs.on_progress(0, 2500)
-    obs.on_progress(0, 2500)  # the same batch seen through recentProgress and the listener
-    obs.on_progress(1, 100)
+    obs.on_batch({"batch": 1, "batches": 1, "batch_records": 10, "batch_seconds": 2.5})
+    obs.on_batch({"records": 4, "transactions": 1})  # live stats of running tasks: no batch ended
+    obs.on_batch({"batch": 2, "batches": 1, "batch_records": 0, "batch_seconds": 0.1})
     assert value(obs, "replicator_batch_duration_seconds_count") == 2
     assert value(obs, "replicator_batch_duration_seconds_sum") == pytest.approx(2.6)
+    assert value(obs, "replicator_batches_total") == 2
 
 
 def _get(url: str) -> tuple[int, str, str]:

@@ -6,8 +6,9 @@ import time
 
 import pytest
 
+from replicator.clients.client_errors import while_retriable
 from replicator.config import ReplicatorConfig
-from replicator.engine.transactional_ids import FenceError, fence, parse, shard_id, to_fence, with_retries
+from replicator.engine.transactional_ids import FenceError, fence, parse, shard_id, to_fence
 
 
 def test_format_and_exact_parse():
@@ -54,11 +55,12 @@ def test_a_listing_the_coordinator_is_still_loading_is_asked_again_and_other_err
             raise a
         return a
 
-    assert with_retries(call, timeout=5, first_wait=0.01) == {"b1": []}
+    assert while_retriable(call, 5, "listing", first_wait=0.01) == {"b1": []}
     with pytest.raises(TopicAuthorizationFailedError):  # not retriable: at once
-        with_retries(lambda: (_ for _ in ()).throw(TopicAuthorizationFailedError("no")), timeout=5, first_wait=0.01)
+        while_retriable(lambda: (_ for _ in ()).throw(TopicAuthorizationFailedError("no")), 5, "listing",
+                        first_wait=0.01)
     started = time.monotonic()
     with pytest.raises(CoordinatorLoadInProgressError):  # retriable, but only until the timeout
-        with_retries(lambda: (_ for _ in ()).throw(CoordinatorLoadInProgressError("loading")), timeout=0.2,
-                     first_wait=0.01)
+        while_retriable(lambda: (_ for _ in ()).throw(CoordinatorLoadInProgressError("loading")), 0.2, "listing",
+                        first_wait=0.01)
     assert time.monotonic() - started < 2
