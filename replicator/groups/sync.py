@@ -141,12 +141,14 @@ class GroupSync:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last: list[GroupStatus] = []
+        self._selected: dict[str, int] | None = None
+        self._selected_until = 0.0
 
     # -- one round ----------------------------------------------------------------------------------
     def run_once(self) -> list[GroupStatus]:
-        selected, _ = topic_sync.selection(self.cfg, self.source)
         groups = sorted(g.group_id for g in self.source.list_consumer_groups(request_timeout=30).result().valid
                         if self.filter.accepts(g.group_id) and g.group_id != self.cfg.group)
+        selected = self._selection() if groups else {}
         positions: dict[tuple[str, int], int | None] = {}  # per source partition: N, read once a round
         out, failed = [], set()
         for group in groups:
@@ -164,6 +166,17 @@ class GroupSync:
         if self.metrics is not None:
             self.metrics.on_groups(out, failed)
         return out
+
+    def _selection(self) -> dict[str, int]:
+        """The replicated source topics, read again at most every `refresh_topics_interval_seconds`
+        (the job's own topic discovery interval: a topic joins the copy no sooner): a sync round
+        every few seconds reading the source's full metadata cost an idle driver more at 5,000
+        partitions than the round itself."""
+        now = time.monotonic()
+        if self._selected is None or now >= self._selected_until:
+            self._selected, _ = topic_sync.selection(self.cfg, self.source)
+            self._selected_until = now + self.cfg.refresh_topics_interval_seconds
+        return self._selected
 
     def _sync_group(self, group: str, selected: dict[str, int], positions: dict) -> GroupStatus:
         source_tps = [(t, p) for t, n in sorted(selected.items()) for p in range(n)]

@@ -83,7 +83,8 @@ def test_rare_batch_events_are_logged_with_metric_names(caplog):
     assert record.replicator_producer_recreations_total == 1
 
 
-def test_lag_gauges_follow_the_partitions_looked_up():
+def test_lag_gauges_follow_the_partitions_looked_up(monkeypatch):
+    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags: lags)  # ages: integration tests
     obs = MetricsObserver(CFG)
     caught_up = [PartitionLag("orders", "east.orders", p, 100, 100, 0) for p in range(3)]
     obs.on_lag(caught_up)
@@ -99,6 +100,11 @@ def test_lag_gauges_follow_the_partitions_looked_up():
     obs.on_lag(caught_up[:1])
     assert value(obs, "replicator_lag_records", **labels(2)) is None
     assert value(obs, "replicator_lag_seconds", **labels(2)) is None
+    # Unchanged values are not set again, changed ones are, whatever came in between.
+    behind = [PartitionLag("orders", "east.orders", 0, 105, 100, 0, oldest_timestamp_ms=-1)]
+    for lags, want in ((behind, 5), (behind, 5), (caught_up[:1], 0), (caught_up[:1], 0), (behind, 5)):
+        obs.on_lag(lags)
+        assert value(obs, "replicator_lag_records", **labels(0)) == want
 
 
 def test_deleted_source_topics_are_counted():
