@@ -142,6 +142,7 @@ class GroupSync:
         self._thread: threading.Thread | None = None
         self.last: list[GroupStatus] = []
         self._selected: dict[str, int] | None = None
+        self._offsets_admin = None  # kafka-python, for the source groups' committed offsets
         self._selected_until = 0.0
 
     # -- one round ----------------------------------------------------------------------------------
@@ -178,10 +179,32 @@ class GroupSync:
             self._selected_until = now + self.cfg.refresh_topics_interval_seconds
         return self._selected
 
+    def _source_offsets(self, group: str, selected: dict[str, int]) -> dict[tuple[str, int], tuple[int, str]]:
+        """(topic, partition) -> (committed offset, metadata) of `group` on the replicated topics.
+
+        The group is asked for what it committed, not for every replicated partition: asking each
+        group for all 5,000 partitions of a large job cost an idle driver a third of a core with two
+        source groups (py-spy, BENCHMARKS.md), and grows with groups x partitions. An offset inside
+        an open transaction of the application is not returned until it commits (no require_stable:
+        the last stable one is), which a sync round every few seconds then picks up."""
+        from kafka import KafkaAdminClient
+
+        from replicator.clients.kafka_python_clients import client_settings
+
+        if self._offsets_admin is None:
+            self._offsets_admin = KafkaAdminClient(**client_settings(self.cfg.client_properties("source"),
+                                                                     self.cfg.source_bootstrap_servers))
+        try:
+            answer = self._offsets_admin.list_group_offsets({group: None}).get(group, {})
+        except Exception as e:  # noqa: BLE001 - kafka-python's errors: this group's round fails, the next retries
+            raise RuntimeError(f"reading its committed offsets on the source: {type(e).__name__}: {e}") from None
+        # Metadata up to a NUL, as librdkafka reads it (and writes it back): confluent-kafka commits
+        # a C string's terminator with the metadata, which the committing client never sees.
+        return {(tp.topic, tp.partition): (o.offset, (o.metadata or "").split("\x00", 1)[0])
+                for tp, o in answer.items() if o.offset >= 0 and tp.partition < selected.get(tp.topic, 0)}
+
     def _sync_group(self, group: str, selected: dict[str, int], positions: dict) -> GroupStatus:
-        source_tps = [(t, p) for t, n in sorted(selected.items()) for p in range(n)]
-        committed = group_offsets(self.cfg.client_properties("source"), self.cfg.source_bootstrap_servers, group,
-                                  source_tps)
+        committed = self._source_offsets(group, selected)
         status = GroupStatus(group, "checkpointed")
         if not committed:
             status.reason = "no committed offset on a replicated topic"
@@ -335,6 +358,8 @@ class GroupSync:
             self._thread.join(60)
         self.store.close()
         self.translator.close()
+        if self._offsets_admin is not None:
+            self._offsets_admin.close()
 
 
 class GroupSyncObserver:
