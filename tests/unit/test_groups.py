@@ -74,3 +74,25 @@ def test_group_metrics():
     assert 'group="b"' in text and 'group="a"' in text
     m.on_groups([GroupStatus("a", "synced", [part])])  # b gone from the source
     assert 'group="b"' not in m.exposition().decode()
+
+
+def test_a_source_group_is_read_as_it_committed_and_kept_to_the_replicated_partitions():
+    from types import SimpleNamespace
+
+    from kafka import TopicPartition as Tp
+    from kafka.structs import OffsetAndMetadata
+
+    from replicator.groups.sync import GroupSync
+
+    class Admin:  # what the group's OffsetFetch answers: everything it committed, nothing else
+        def list_group_offsets(self, spec):
+            assert spec == {"app": None}  # the whole group, not a partition list
+            return {"app": {Tp("orders", 0): OffsetAndMetadata(40, "meta\x00", -1),
+                            Tp("orders", 1): OffsetAndMetadata(7, "", -1),
+                            Tp("orders", 5): OffsetAndMetadata(9, "", -1),  # past the selected partition count
+                            Tp("payments", 0): OffsetAndMetadata(3, "", -1),  # not replicated
+                            Tp("orders", 2): OffsetAndMetadata(-1, "", -1)}}
+
+    sync = SimpleNamespace(_offsets_admin=Admin())
+    got = GroupSync._source_offsets(sync, "app", {"orders": 3})
+    assert got == {("orders", 0): (40, "meta"), ("orders", 1): (7, "")}
