@@ -191,10 +191,10 @@ class GroupSync:
 
         from replicator.clients.kafka_python_clients import client_settings
 
-        if self._offsets_admin is None:
-            self._offsets_admin = KafkaAdminClient(**client_settings(self.cfg.client_properties("source"),
-                                                                     self.cfg.source_bootstrap_servers))
         try:
+            if self._offsets_admin is None:  # a source unreachable now fails this round, not the thread
+                self._offsets_admin = KafkaAdminClient(**client_settings(self.cfg.client_properties("source"),
+                                                                         self.cfg.source_bootstrap_servers))
             answer = self._offsets_admin.list_group_offsets({group: None}).get(group, {})
         except Exception as e:  # noqa: BLE001 - kafka-python's errors: this group's round fails, the next retries
             raise RuntimeError(f"reading its committed offsets on the source: {type(e).__name__}: {e}") from None

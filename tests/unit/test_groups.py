@@ -96,3 +96,20 @@ def test_a_source_group_is_read_as_it_committed_and_kept_to_the_replicated_parti
     sync = SimpleNamespace(_offsets_admin=Admin())
     got = GroupSync._source_offsets(sync, "app", {"orders": 3})
     assert got == {("orders", 0): (40, "meta"), ("orders", 1): (7, "")}
+
+
+def test_a_source_unreachable_for_the_offsets_fails_the_groups_round_not_the_sync_thread(monkeypatch):
+    from types import SimpleNamespace
+
+    import kafka
+    from kafka.errors import KafkaConnectionError
+
+    from replicator.groups.sync import GroupSync
+
+    def unreachable(**settings):
+        raise KafkaConnectionError("no broker answered")
+
+    monkeypatch.setattr(kafka, "KafkaAdminClient", unreachable)
+    sync = SimpleNamespace(_offsets_admin=None, cfg=load(BASE, environ={}))
+    with pytest.raises(RuntimeError, match="KafkaConnectionError"):  # run_once counts it as this group's failure
+        GroupSync._source_offsets(sync, "app", {"orders": 3})
