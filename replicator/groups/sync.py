@@ -142,8 +142,8 @@ class GroupSync:
         self._thread: threading.Thread | None = None
         self.last: list[GroupStatus] = []
         self._selected: dict[str, int] | None = None
-        self._offsets_admin = None  # kafka-python, for the source groups' committed offsets
         self._selected_until = 0.0
+        self._offsets_admin = None  # kafka-python, for the source groups' committed offsets
 
     # -- one round ----------------------------------------------------------------------------------
     def run_once(self) -> list[GroupStatus]:
@@ -183,8 +183,8 @@ class GroupSync:
         """(topic, partition) -> (committed offset, metadata) of `group` on the replicated topics.
 
         The group is asked for what it committed, not for every replicated partition: asking each
-        group for all 5,000 partitions of a large job cost an idle driver a third of a core with two
-        source groups (py-spy, BENCHMARKS.md), and grows with groups x partitions. An offset inside
+        group for all 5,000 partitions of a large job cost an idle driver over a third of a core with
+        34 source groups (py-spy, BENCHMARKS.md), and grew with groups x partitions. An offset inside
         an open transaction of the application is not returned until it commits (no require_stable:
         the last stable one is), which a sync round every few seconds then picks up."""
         from kafka import KafkaAdminClient
