@@ -146,7 +146,6 @@ class MetricsObserver:
         self.cfg = cfg
         self.metrics = metrics or ReplicatorMetrics()
         self._policy = policy_for(cfg)
-        self._lock = threading.Lock()
         self._job = None
         self._stopped = False
         # (source topic, partition, target topic) -> the (records, seconds) last exported
