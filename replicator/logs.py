@@ -41,6 +41,10 @@ def configure(fmt: str = "text", level: str = "INFO") -> None:
     for noisy in ("py4j", "pyspark", "kafka"):  # kafka: kafka-python (verify, transaction listing)
         logging.getLogger(noisy).setLevel(logging.WARNING)
     logging.getLogger("kafka.net.selector").addFilter(_not_a_slow_step)
+    # kafka-python logs every lost connection at ERROR from several loggers (transport, connection,
+    # manager, cluster): four to six lines a second per client while a broker restarts, for a
+    # lookup our own warning already reports. One line of a kind per 30 s, as for librdkafka.
+    handler.addFilter(_KafkaPythonRepeats())
     # Libraries' warnings go through the same handler (logger "py.warnings"), not raw onto stderr.
     logging.captureWarnings(True)
     # PySpark checks the pandas version at start-up although no pandas code runs here.
@@ -79,3 +83,8 @@ class RepeatFilter(logging.Filter):
             record.msg, record.args = f"{record.getMessage()} ({suppressed} more like it in the last " \
                                       f"{now - last:.0f} s)", None
         return True
+
+
+class _KafkaPythonRepeats(RepeatFilter):
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not record.name.startswith("kafka.") or super().filter(record)

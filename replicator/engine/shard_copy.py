@@ -99,6 +99,7 @@ class CopyStats:
     producer_recreations: int = 0
     data_loss_events: int = 0
     refreshed: int = 0  # idle partitions whose unchanged offsets were re-committed
+    source_rewinds: int = 0  # the source consumer went back below the copy position (records dropped)
     transaction_seconds: list[float] = field(default_factory=list)
     latency_seconds: list[float] = field(default_factory=list)
     # "topic|partition" -> [records, bytes, next source offset, commit unix time]
@@ -109,7 +110,7 @@ class CopyStats:
 
     def empty(self) -> bool:
         return not (self.transactions or self.aborted or self.fenced or self.producer_recreations
-                    or self.data_loss_events)
+                    or self.data_loss_events or self.source_rewinds)
 
 
 class DriverLink(Protocol):
@@ -139,6 +140,7 @@ class _PartitionState:
     first_pair: tuple[int, int] | None = None
     gaps: list[int] = field(default_factory=list)  # flat [start, end, start, end, ...]
     delivery_error: KafkaError | None = None  # the target refused a record of the open transaction
+    rewound_from: int = -1  # the copy position when the consumer last went back below it (logged once)
 
     def skip_to(self, offset: int) -> None:
         """Moves the position over source offsets that are not copied (markers, aborted or compacted
@@ -157,6 +159,9 @@ class _PartitionState:
 # costs ~18 ms once per task.
 _consumers: dict[str, Consumer] = {}
 _group_readers: dict[str, Consumer] = {}
+# (config key, target topic, partition) -> the offset this worker last committed for it. A job never
+# moves a committed offset back, so a resume point below it means the group answered stale.
+_last_commits: dict[tuple[str, str, int], int] = {}
 _cluster_ids: dict[str, str] = {}
 
 
@@ -178,6 +183,7 @@ class ShardCopier:
         if key not in _cluster_ids:
             _cluster_ids[key] = self.consumer.list_topics(timeout=30).cluster_id or "unknown"
         self.source_cluster = _cluster_ids[key]
+        self._key = key
         self.provenance = self._provenance(key) if cfg.provenance_header else None
         self.index_partitions = self._index_partitions(key) if cfg.translation_index and cfg.exactly_once else 0
         self.stats = CopyStats()
@@ -413,6 +419,11 @@ class ShardCopier:
         for r in ranges:
             c = committed.get((r.target_topic, r.partition))
             offset = c.offset if c is not None else NO_OFFSET
+            known = _last_commits.get((self._key, r.target_topic, r.partition), NO_OFFSET)
+            if offset < known:
+                log.error("target group %s answered offset %d for %s[%d], below the %d this worker committed "
+                          "there earlier", self.cfg.group, offset, r.target_topic, r.partition, known,
+                          extra={"shard": self.shard, "event": "stale_resume_point"})
             start = offset if offset >= 0 else (r.start if r.start >= 0 else _OFFSET_BEGINNING)
             if r.end is not None and start >= r.end:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
@@ -443,6 +454,9 @@ class ShardCopier:
                 self._finish(st)
                 continue
             if offset != st.next:
+                if offset < st.next:
+                    self._on_rewind(st, offset)
+                    continue
                 st.skip_to(offset)
             value, key, ts = m.value(), m.key(), m.timestamp()[1]
             # A delivery report only for a partition's last record in the batch, and its first in the
@@ -475,6 +489,21 @@ class ShardCopier:
             self._txn_busy += time.monotonic() - self._work_began
             if self._txn_started is None:
                 self._txn_started = self._work_began
+
+    def _on_rewind(self, st: _PartitionState, offset: int) -> None:
+        """The source consumer handed back an offset below the copy position: everything below it was
+        already copied (in this attempt's transactions) or deliberately skipped, so copying it again
+        would duplicate it on the target. Seen once in the multi-broker chaos run during source rolling
+        restarts (RELIABILITY.md): ~570 records of a partition copied twice, nothing logged. The
+        consumer's position is not trusted over ours; its extra records are dropped."""
+        if st.rewound_from != st.next:
+            st.rewound_from = st.next
+            self.stats.source_rewinds += 1
+            log.warning("source %s[%d]: the consumer delivered offset %d below the copy position %d; records "
+                        "below the position were already copied and are dropped", st.r.source_topic,
+                        st.r.partition, offset, st.next,
+                        extra={"shard": self.shard, "event": "source_rewind", "topic": st.r.source_topic,
+                               "partition": st.r.partition, "offset": offset, "position": st.next})
 
     def _finish(self, st: _PartitionState) -> None:
         if st.done:
@@ -531,7 +560,10 @@ class ShardCopier:
             # start is where its copy begins, not a gap (the index then starts at the log start, as
             # for a copy from the beginning).
             st.next = st.txn_begin = max(low, st.next)
-        elif st.next < low:
+        elif st.next >= low:
+            log.info("%s: fetch at offset %d out of range (log start %d); fetching there again", where,
+                     st.next, low, extra={"shard": self.shard, "event": "source_out_of_range"})
+        else:
             lost = f"offsets {st.next}..{low - 1} were deleted by retention before being replicated"
             if self.cfg.on_data_loss == "fail":
                 raise DataLossError(f"{where}: {lost} (on_data_loss=fail; set it to 'skip' to continue "
@@ -602,6 +634,7 @@ class ShardCopier:
             s.dirty, s.refresh, s.records, s.bytes, s.first_ts, s.last_ts = False, False, 0, 0, -1, -1
             s.txn_begin, s.first_pair, s.gaps, s.delivery_error = s.next, None, [], None
             s.promised = True  # the fake group holds its offset now: a later gap is data loss
+            _last_commits[(self._key, s.r.target_topic, s.r.partition)] = s.next
         self._report()
 
     def _report(self, force: bool = False) -> None:

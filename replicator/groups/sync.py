@@ -15,6 +15,7 @@ translated exactly (`translate.Translator`), checkpointed on the target (`checkp
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import re
 import threading
@@ -197,6 +198,10 @@ class GroupSync:
                                                                          self.cfg.source_bootstrap_servers))
             answer = self._offsets_admin.list_group_offsets({group: None}).get(group, {})
         except Exception as e:  # noqa: BLE001 - kafka-python's errors: this group's round fails, the next retries
+            # kafka-python 3.0 caches a group's coordinator and never forgets it: once the coordinator
+            # moved, every later round asked the old broker and failed NOT_COORDINATOR (3.5 min of a
+            # chaos run's source restarts, until the job stopped). A new client looks it up again.
+            self._close_offsets_admin()
             raise RuntimeError(f"reading its committed offsets on the source: {type(e).__name__}: {e}") from None
         # Metadata up to a NUL, as librdkafka reads it (and writes it back): confluent-kafka commits
         # a C string's terminator with the metadata, which the committing client never sees.
@@ -358,8 +363,13 @@ class GroupSync:
             self._thread.join(60)
         self.store.close()
         self.translator.close()
-        if self._offsets_admin is not None:
-            self._offsets_admin.close()
+        self._close_offsets_admin()
+
+    def _close_offsets_admin(self) -> None:
+        admin, self._offsets_admin = self._offsets_admin, None
+        if admin is not None:
+            with contextlib.suppress(Exception):
+                admin.close()
 
 
 class GroupSyncObserver:

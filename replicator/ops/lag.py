@@ -3,6 +3,7 @@ offset committed in the fake group on the target. Exact, and available whether t
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -92,9 +93,10 @@ class LagReader:
                     "request_timeout_ms": int(timeout_s * 1000), "bootstrap_timeout_ms": int(timeout_s * 1000)}
 
         self._settings = settings
+        self._new_target = lambda: KafkaAdminClient(**settings("target"))
         try:
             self._source = self._new_source()
-            self._target = KafkaAdminClient(**settings("target"))
+            self._target = self._new_target()
         except Exception as e:  # noqa: BLE001 - kafka-python's errors: the lookup is unavailable, nothing more
             self.close()
             raise LagUnavailable(f"cannot reach the {'target' if self._source else 'source'} cluster: {e}") from None
@@ -127,6 +129,8 @@ class LagReader:
                          if not full and self._settled.get((t, p)) == (end := ends[Tp(s, p)])}
             ask = [Tp(t, p) for _, t, p in tps if (t, p) not in committed]
             if ask:
+                if self._target is None:
+                    self._target = self._new_target()
                 offsets = self._target.list_group_offsets({self.group: ask}).get(self.group, {})
                 committed.update({(tp.topic, tp.partition): o.offset for tp, o in offsets.items()})
             if full:
@@ -141,6 +145,12 @@ class LagReader:
         except Exception as e:  # noqa: BLE001 - kafka-python raises KeyError too (test_topics); the job copies on
             self._shape = set()  # never equal to a real shape: the next lookup starts with a new client
             self._settled = {}
+            # And a new target client: kafka-python 3.0 never forgets a group's coordinator, so after
+            # the coordinator moved every lookup failed NOT_COORDINATOR until the job stopped.
+            target, self._target = self._target, None
+            if target is not None:
+                with contextlib.suppress(Exception):
+                    target.close()
             raise LagUnavailable(f"{type(e).__name__}: {e}", bool(getattr(e, "retriable", False))) from None
 
     def close(self) -> None:

@@ -99,7 +99,6 @@ def test_a_source_group_is_read_as_it_committed_and_kept_to_the_replicated_parti
 
 
 def test_a_source_unreachable_for_the_offsets_fails_the_groups_round_not_the_sync_thread(monkeypatch):
-    from types import SimpleNamespace
 
     import kafka
     from kafka.errors import KafkaConnectionError
@@ -110,6 +109,40 @@ def test_a_source_unreachable_for_the_offsets_fails_the_groups_round_not_the_syn
         raise KafkaConnectionError("no broker answered")
 
     monkeypatch.setattr(kafka, "KafkaAdminClient", unreachable)
-    sync = SimpleNamespace(_offsets_admin=None, cfg=load(BASE, environ={}))
+    sync = object.__new__(GroupSync)
+    sync._offsets_admin, sync.cfg = None, load(BASE, environ={})
     with pytest.raises(RuntimeError, match="KafkaConnectionError"):  # run_once counts it as this group's failure
         GroupSync._source_offsets(sync, "app", {"orders": 3})
+
+
+def test_a_moved_coordinator_is_looked_up_again_at_the_next_round(monkeypatch):
+    # kafka-python 3.0 caches a group's coordinator for the client's life: the failing client is
+    # dropped, and the next round's new one finds where the coordinator went.
+    import kafka
+    from kafka.errors import NotCoordinatorError
+
+    from replicator.groups.sync import GroupSync
+
+    built = []
+
+    class Admin:
+        def __init__(self, **settings) -> None:
+            self.closed = False
+            built.append(self)
+
+        def list_group_offsets(self, spec):
+            if len(built) == 1:
+                raise NotCoordinatorError("the coordinator moved")
+            return {"app": {}}
+
+        def close(self) -> None:
+            self.closed = True
+
+    monkeypatch.setattr(kafka, "KafkaAdminClient", Admin)
+    sync = object.__new__(GroupSync)
+    sync._offsets_admin, sync.cfg = None, load(BASE, environ={})
+    with pytest.raises(RuntimeError, match="NotCoordinatorError"):
+        GroupSync._source_offsets(sync, "app", {"orders": 3})
+    assert built[0].closed and sync._offsets_admin is None
+    assert GroupSync._source_offsets(sync, "app", {"orders": 3}) == {}
+    assert len(built) == 2 and not built[1].closed
