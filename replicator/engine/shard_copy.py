@@ -202,6 +202,7 @@ class ShardCopier:
         self._work_began = 0.0  # when the last read had records to hand (after any wait for them)
         self._cycle_began: float | None = None  # when the last commit ended
         self._consume_error_logged = -_CONSUME_ERROR_LOG_S
+        self._paused: list[TopicPartition] = []  # partitions _finish paused, resumed when the attempt ends
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
@@ -304,8 +305,12 @@ class ShardCopier:
                 time.sleep(min(0.1 * 2 ** min(attempts, 6), 5.0))
             finally:
                 # Resumed before unassign: a partition assigned again while still paused stalls ~1 s
-                # after resume() in librdkafka 2.16 (measured: every third micro-batch).
-                self.consumer.resume(self.consumer.assignment())
+                # after resume() in librdkafka 2.16 (measured: every third micro-batch). Only what
+                # was paused: resuming a partition that was not made librdkafka fetch from a stale
+                # position (confluentinc/librdkafka#4637).
+                if self._paused:
+                    self.consumer.resume(self._paused)
+                    self._paused = []
                 self.consumer.unassign()
                 self._clear_txn()
                 del producer
@@ -513,7 +518,9 @@ class ShardCopier:
             st.skip_to(st.r.end)
             self._changed(st)
         st.done = True
-        self.consumer.pause([TopicPartition(st.r.source_topic, st.r.partition)])
+        tp = TopicPartition(st.r.source_topic, st.r.partition)
+        self.consumer.pause([tp])
+        self._paused.append(tp)
 
     def _on_consume_error(self, m, states: dict) -> None:
         err = m.error()
