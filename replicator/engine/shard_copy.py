@@ -70,6 +70,7 @@ _MAX_LOAD = 0.75
 _BACKLOG_S = 1.0
 _REPORT_INTERVAL_S = 1.0
 _CONSUME_ERROR_LOG_S = 10.0
+_STALE_LOG_S = 10.0
 
 
 class DataLossError(RuntimeError):
@@ -159,9 +160,6 @@ class _PartitionState:
 # costs ~18 ms once per task.
 _consumers: dict[str, Consumer] = {}
 _group_readers: dict[str, Consumer] = {}
-# (config key, target topic, partition) -> the offset this worker last committed for it. A job never
-# moves a committed offset back, so a resume point below it means the group answered stale.
-_last_commits: dict[tuple[str, str, int], int] = {}
 _cluster_ids: dict[str, str] = {}
 
 
@@ -203,6 +201,10 @@ class ShardCopier:
         self._cycle_began: float | None = None  # when the last commit ended
         self._consume_error_logged = -_CONSUME_ERROR_LOG_S
         self._paused: list[TopicPartition] = []  # partitions _finish paused, resumed when the attempt ends
+        # (source topic, partition) -> the highest next offset known committed in this run: by this
+        # task, or by earlier tasks as the driver saw them. A job never moves its group's offset
+        # back, so a resume point below its floor was read stale (see _resume_points).
+        self._floors: dict[tuple[str, int], int] = {}
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
@@ -225,6 +227,9 @@ class ShardCopier:
         until the driver asks to end. Stats go to the driver as transactions commit; the returned
         stats are those it did not take."""
         self._link = link
+        if link is not None:
+            floors = link.floors([f"{r.source_topic}|{r.partition}" for r in ranges])
+            self._floors = {(t, int(p)): o for k, o in floors.items() for t, p in [k.rsplit("|", 1)]}
         watch = StallWatch(f"shard {self.shard}'s task", extra={"shard": self.shard})
 
         def should_stop() -> bool:
@@ -332,7 +337,7 @@ class ShardCopier:
 
     # -- the loop -------------------------------------------------------------------------------
     def _copy_with(self, producer: Producer, ranges: list[CopyRange], should_stop) -> None:
-        states = self._resume_points(ranges)
+        states = self._resume_points(ranges, should_stop)
         if not states:
             return
         tps = [TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()]
@@ -417,18 +422,16 @@ class ShardCopier:
         if self._txn_started is None:
             self._txn_started = time.monotonic()
 
-    def _resume_points(self, ranges: list[CopyRange]) -> dict[tuple[str, int], _PartitionState]:
-        committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])
+    def _resume_points(self, ranges: list[CopyRange], should_stop=lambda: False
+                       ) -> dict[tuple[str, int], _PartitionState]:
+        committed = self._read_resume_points(ranges, should_stop)
+        if committed is None:
+            return {}
         states = {}
         stale = time.time() - self.cfg.offsets_refresh_interval_seconds
         for r in ranges:
             c = committed.get((r.target_topic, r.partition))
             offset = c.offset if c is not None else NO_OFFSET
-            known = _last_commits.get((self._key, r.target_topic, r.partition), NO_OFFSET)
-            if offset < known:
-                log.error("target group %s answered offset %d for %s[%d], below the %d this worker committed "
-                          "there earlier", self.cfg.group, offset, r.target_topic, r.partition, known,
-                          extra={"shard": self.shard, "event": "stale_resume_point"})
             start = offset if offset >= 0 else (r.start if r.start >= 0 else _OFFSET_BEGINNING)
             if r.end is not None and start >= r.end:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
@@ -442,6 +445,41 @@ class ShardCopier:
                 st.refresh = True
                 self._changed(st)
         return states
+
+    def _read_resume_points(self, ranges: list[CopyRange], should_stop) -> dict | None:
+        """The fake group's offsets for `ranges`, once none lies below its floor; None if the task
+        must end first.
+
+        A broker cut off from the rest of its cluster keeps answering OffsetFetch as the group's
+        coordinator from what it had, while the commits go to the coordinator the others elected:
+        resuming from its answer copied the last seconds again (make chaos, target-leader-isolate:
+        94,095 duplicates). Such an answer is refused and asked again on a new client, which looks
+        the coordinator up afresh, until it is as new as what this run is known to have committed."""
+        waited, logged = 0.5, 0.0
+        while True:
+            committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])
+            behind = []
+            for r in ranges:
+                floor = self._floors.get((r.source_topic, r.partition), NO_OFFSET)
+                c = committed.get((r.target_topic, r.partition))
+                if floor >= 0 and (c is None or c.offset < floor):
+                    behind.append((r, c.offset if c is not None else NO_OFFSET, floor))
+            if not behind:
+                return committed
+            if time.monotonic() - logged >= _STALE_LOG_S:
+                logged = time.monotonic()
+                r, offset, floor = behind[0]
+                log.warning("the target answered stale offsets for %d partitions of group %s (e.g. %s[%d]: %d, "
+                            "but %d was committed in this run): asking again before copying", len(behind),
+                            self.cfg.group, r.target_topic, r.partition, offset, floor,
+                            extra={"shard": self.shard, "event": "stale_resume_point", "partitions": len(behind)})
+            if should_stop():
+                return None
+            time.sleep(waited)
+            waited = min(waited * 2, 5.0)
+            stale_reader, self.group = self.group, kafka_clients.group_reader(self.cfg)
+            _group_readers[self._key] = self.group
+            stale_reader.close()
 
     def _produce_batch(self, producer: Producer, msgs: list, states: dict) -> None:
         if self.provenance is not None:  # once per batch: the default path pays nothing per record
@@ -641,7 +679,7 @@ class ShardCopier:
             s.dirty, s.refresh, s.records, s.bytes, s.first_ts, s.last_ts = False, False, 0, 0, -1, -1
             s.txn_begin, s.first_pair, s.gaps, s.delivery_error = s.next, None, [], None
             s.promised = True  # the fake group holds its offset now: a later gap is data loss
-            _last_commits[(self._key, s.r.target_topic, s.r.partition)] = s.next
+            self._floors[(s.r.source_topic, s.r.partition)] = s.next
         self._report()
 
     def _report(self, force: bool = False) -> None:

@@ -5,7 +5,8 @@ copied, and it must be able to end it early (SIGTERM, a promoted target, partiti
 Spark cluster too, where a file flag on the driver is invisible to executors. Each task therefore
 keeps one TCP connection to the driver. Every exchange is one JSON line each way: the task sends
 the stats of the transactions it committed since the last exchange (possibly none), the driver
-answers whether the task must end now.
+answers whether the task must end now. A starting task also asks for its partitions' floors: the
+highest source offset the driver has seen committed for each, in this run (see `floors`).
 
 Losing the line never affects what is copied: a task that cannot reach the driver keeps copying
 until its batch duration ends, and tries once more on a fresh connection when it ends.
@@ -39,6 +40,7 @@ class ControlServer:
         self._ended_before = -1  # tasks of batches up to this one must end
         self._highest_batch = -1
         self._batch_records: dict[int, int] = {}  # records committed by each running batch's tasks
+        self._floors: dict[str, int] = {}  # "source topic|partition" -> highest committed next offset
         server = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -63,7 +65,11 @@ class ControlServer:
             stop = self._stopping or batch <= self._ended_before
         if stats := msg.get("stats"):
             self.add({"batch": batch, "shard": msg.get("shard"), **stats})
-        return {"stop": stop}
+        reply: dict = {"stop": stop}
+        if (keys := msg.get("floors")) is not None:
+            with self._lock:
+                reply["floors"] = {k: self._floors[k] for k in keys if k in self._floors}
+        return reply
 
     def add(self, stats: dict) -> None:
         with self._lock:
@@ -72,6 +78,8 @@ class ControlServer:
             if not stats.get("batches") and "batch" in stats:
                 batch = int(stats["batch"])
                 self._batch_records[batch] = self._batch_records.get(batch, 0) + stats.get("records", 0)
+            for key, agg in stats.get("partitions", {}).items():  # [records, bytes, next offset, when]
+                self._floors[key] = max(self._floors.get(key, -1), int(agg[2]))
         if self._on_stats:
             self._on_stats(stats)
 
@@ -121,7 +129,15 @@ class DriverLink:
     def report(self, stats: dict) -> bool:
         return self._exchange(stats)
 
-    def _exchange(self, stats: dict | None) -> bool:
+    def floors(self, keys: list[str]) -> dict[str, int]:
+        """For "source topic|partition" keys: the highest next offset the driver saw committed in this
+        run. A resume point below it was read from a group coordinator that has not seen the commit
+        (a broker cut off from its cluster still answers as coordinator). Empty without a line."""
+        reply: dict = {}
+        self._exchange(None, {"floors": keys}, reply)
+        return {k: int(v) for k, v in reply.get("floors", {}).items()}
+
+    def _exchange(self, stats: dict | None, ask: dict | None = None, reply: dict | None = None) -> bool:
         self._last = time.monotonic()
         if self._broken:
             return False
@@ -130,13 +146,16 @@ class DriverLink:
                 host, port = self.address.rsplit(":", 1)
                 self._sock = socket.create_connection((host, int(port)), timeout=_TIMEOUT_S)
                 self._file = self._sock.makefile("rwb")
-            msg = {"batch": self.batch, "shard": self.shard, **({"stats": stats} if stats else {})}
+            msg = {"batch": self.batch, "shard": self.shard, **({"stats": stats} if stats else {}), **(ask or {})}
             self._file.write(json.dumps(msg).encode() + b"\n")
             self._file.flush()
             line = self._file.readline()
             if not line:
                 raise OSError("the driver closed the connection")
-            self._stop = self._stop or bool(json.loads(line).get("stop"))
+            answer = json.loads(line)
+            self._stop = self._stop or bool(answer.get("stop"))
+            if reply is not None:
+                reply.update(answer)
             return True
         except (OSError, ValueError) as e:
             # Copying goes on to the end of the batch; the stats get one more try at its end.

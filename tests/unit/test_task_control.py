@@ -45,3 +45,20 @@ def test_a_task_that_cannot_reach_the_driver_keeps_its_stats_and_copies_on():
     assert not link.report({"records": 1})  # not delivered: the caller keeps the stats
     assert not link.stop_requested()  # no early stop without the driver; the batch deadline ends it
     assert not DriverLink("", batch=1, shard=0).report({"records": 1})
+
+
+def test_a_starting_task_learns_the_highest_offsets_committed_in_this_run():
+    server = ControlServer()
+    try:
+        a = DriverLink(f"127.0.0.1:{server.port}", batch=1, shard=0)
+        a.report({"records": 3, "partitions": {"t|0": [3, 30, 120, 1.0], "t|1": [0, 0, 40, 1.0]}})
+        a.report({"records": 1, "partitions": {"t|0": [1, 10, 121, 2.0]}})
+        b = DriverLink(f"127.0.0.1:{server.port}", batch=2, shard=0)
+        assert b.floors(["t|0", "t|1", "t|2"]) == {"t|0": 121, "t|1": 40}  # never heard of t|2
+        server.new_query()  # a restarted query resumes from the same group: the floors stay
+        assert b.floors(["t|0"]) == {"t|0": 121}
+        assert DriverLink("", batch=2, shard=0).floors(["t|0"]) == {}  # no line: no floors
+        a.close()
+        b.close()
+    finally:
+        server.close()
