@@ -21,6 +21,8 @@ Multi-broker clusters only (`sandbox up --brokers 3`), the other brokers keep se
   target-leader-isolate / source-leader-isolate   the leader of replicated partition 0 is cut off from
                   the other brokers (not from clients) for 20 s, past the broker session timeout
                   (netfault.Isolation; run as root)
+  target-group-coordinator-isolate   the same for the fake group's coordinator: cut off, it still
+                  answers the shards' OffsetFetch with the offsets it had (RELIABILITY.md)
 Network (iptables on loopback, see netfault.py; any cluster shape):
   target-partition-short / target-partition-long / source-partition-long   every packet between the
                   clients and the cluster's brokers dropped for 3 s (under the 6 s transaction
@@ -62,7 +64,7 @@ FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce"
 MULTI_BROKER_FAULT_KINDS = ("target-leader-kill", "target-txn-coordinator-kill", "target-group-coordinator-kill",
                             "source-leader-kill", "target-leader-stop", "target-rolling-restart",
                             "source-rolling-restart", "target-leader-isolate", "source-leader-isolate",
-                            "source-txn-coordinator-kill")
+                            "source-txn-coordinator-kill", "target-group-coordinator-isolate")
 # Past the brokers' 9 s session timeout: the controller fences the isolated node and moves its
 # leaderships while it still believes it leads and clients still reach it.
 ISOLATE_S = 20
@@ -225,9 +227,11 @@ class ChaosRun:
                 self.wan.fast()
             self._note(f"  over the slow link: {sum(p.bytes for p in self.wan.proxies)} bytes, "
                        f"{sum(p.connections for p in self.wan.proxies)} connections so far")
-        elif kind.endswith("-leader-isolate"):
+        elif kind.endswith("-isolate"):
             cluster = box.source if kind.startswith("source") else box.target
-            node = cluster.nodes[roles.partition_leader(cluster.bootstrap, self.topic, 0) - 1]
+            node_id = (roles.group_coordinator(cluster.bootstrap, self.group) if "coordinator" in kind
+                       else roles.partition_leader(cluster.bootstrap, self.topic, 0))
+            node = cluster.nodes[node_id - 1]
             self._note(f"  isolating node {node.node_id} ({node.host})")
             assert all(netfault.carries_its_group(n) for n in cluster.nodes), \
                 "a node's JVM lacks its isolation group (start the sandbox as root)"

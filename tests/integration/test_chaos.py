@@ -97,11 +97,11 @@ def multi_broker_sandbox(request, tmp_path_factory):
 
 
 # `make test`'s reduced three-broker run: one fault of each role a production cluster moves (the
-# partition leader, both coordinators, a leader cut off from its peers) on a small workload, the
-# target on transaction.version 2. The rolling restarts and the source kinds are left to `make
-# chaos`: they cost minutes each here and strike the same code paths.
+# partition leader, both coordinators, the leader and the group coordinator each cut off from their
+# peers) on a small workload, the target on transaction.version 2. The rolling restarts and the
+# source kinds are left to `make chaos`: they cost minutes each here and strike the same code paths.
 REDUCED_MULTI_FAULTS = ("target-leader-kill", "target-txn-coordinator-kill", "target-group-coordinator-kill",
-                        "target-leader-isolate")
+                        "target-leader-isolate", "target-group-coordinator-isolate")
 
 
 def test_three_broker_failovers_once_keep_exactly_once(tmp_path_factory, unique, tmp_path):
