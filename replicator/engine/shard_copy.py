@@ -8,7 +8,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    which fences any other holder of the id (zombie instance, earlier task attempt) and resolves its
    open transaction;
 2. the fake group's offsets are read back from the target: that, not Spark's plan, says where each
-   partition resumes, so replayed work is never copied twice;
+   partition resumes, so replayed work is never copied twice (an answer older than what this run
+   is known to have committed is refused and asked again, see `_read_resume_points`);
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
    (or longer when commits would take capacity the shard's load needs, see _HEADROOM) after they
