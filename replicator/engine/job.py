@@ -25,7 +25,7 @@ from replicator.engine.task_control import ControlServer
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.offsets import read_group
-from replicator.ops.lag import LagReader, LagUnavailable, partition_lags
+from replicator.ops.lag import LagReader, LagUnavailable, PartitionLag, partition_lags
 from replicator.topics import sync as topic_sync
 
 log = logging.getLogger("replicator.job")
@@ -67,11 +67,13 @@ class JobObserver(Protocol):
     def on_stop(self) -> None: ...
 
 
-def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = None
+def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = None,
+              on_lags: Callable[[list[PartitionLag]], None] | None = None
               ) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
     """Everything that must hold before the first record moves. Returns the config with the optional
     features switched off that the principals' ACLs do not allow, and the topic mappings.
-    `on_reachable` is called once both clusters answered (the job starts Spark then)."""
+    `on_reachable` is called once both clusters answered (the job starts Spark then); `on_lags` gets
+    the lag lookup made after fencing (the fake group's offsets as this client's coordinator said)."""
     from replicator.clients import tls_files
 
     for role in ("source", "target"):
@@ -135,6 +137,8 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
         lags = partition_lags(cfg, mappings)
     except LagUnavailable as e:
         raise RuntimeFailure(f"reading the offsets group {cfg.group!r} and the source's ends failed: {e}") from None
+    if on_lags is not None:
+        on_lags(lags)
     for lag in lags:
         if lag.committed > lag.source_end:
             raise RuntimeFailure(
@@ -241,7 +245,12 @@ class Replicator:
         # it writes nothing to Kafka, so a failed check only has to stop it again.
         starting = _Background()
         try:
-            self.cfg, self.mappings = preflight(self.cfg, lambda: starting.run(spark_session, self.cfg, self.scratch))
+            # The pre-flight's read of the fake group seeds the tasks' floors: a second, independent
+            # coordinator lookup, so a start while one broker is cut off and answers stale offsets
+            # (shard_copy._read_resume_points) is caught unless both lookups land on that broker.
+            self.cfg, self.mappings = preflight(
+                self.cfg, lambda: starting.run(spark_session, self.cfg, self.scratch),
+                lambda lags: self.stats.seed_floors({f"{x.source_topic}|{x.partition}": x.committed for x in lags}))
         except BaseException:
             _stop_spark(starting.result(quiet=True))
             self.stats.close()

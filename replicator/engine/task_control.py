@@ -83,6 +83,13 @@ class ControlServer:
         if self._on_stats:
             self._on_stats(stats)
 
+    def seed_floors(self, floors: dict[str, int]) -> None:
+        """Offsets known committed before any task ran (the job's pre-flight read of the group)."""
+        with self._lock:
+            for key, offset in floors.items():
+                if offset >= 0:
+                    self._floors[key] = max(self._floors.get(key, -1), offset)
+
     def batch_ended(self, batch: int, seconds: float) -> None:
         """Spark finished batch `batch` (every task of it ended) in `seconds`: one "batches" event
         with the records its tasks committed."""

@@ -62,3 +62,17 @@ def test_a_starting_task_learns_the_highest_offsets_committed_in_this_run():
         b.close()
     finally:
         server.close()
+
+
+def test_the_pre_flight_read_seeds_the_floors_and_never_lowers_them():
+    server = ControlServer()
+    try:
+        server.seed_floors({"t|0": 100, "t|1": -1})  # -1: nothing committed yet, no floor
+        a = DriverLink(f"127.0.0.1:{server.port}", batch=1, shard=0)
+        assert a.floors(["t|0", "t|1"]) == {"t|0": 100}
+        a.report({"records": 1, "partitions": {"t|0": [1, 10, 140, 1.0]}})
+        server.seed_floors({"t|0": 90})
+        assert a.floors(["t|0"]) == {"t|0": 140}
+        a.close()
+    finally:
+        server.close()
