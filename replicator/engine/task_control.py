@@ -79,7 +79,7 @@ class ControlServer:
                 batch = int(stats["batch"])
                 self._batch_records[batch] = self._batch_records.get(batch, 0) + stats.get("records", 0)
             for key, agg in stats.get("partitions", {}).items():  # [records, bytes, next offset, when]
-                self._floors[key] = max(self._floors.get(key, -1), int(agg[2]))
+                self._raise_floor(key, int(agg[2]))
         if self._on_stats:
             self._on_stats(stats)
 
@@ -87,8 +87,11 @@ class ControlServer:
         """Offsets known committed before any task ran (the job's pre-flight read of the group)."""
         with self._lock:
             for key, offset in floors.items():
-                if offset >= 0:
-                    self._floors[key] = max(self._floors.get(key, -1), offset)
+                self._raise_floor(key, offset)
+
+    def _raise_floor(self, key: str, offset: int) -> None:
+        if offset > self._floors.get(key, -1):
+            self._floors[key] = offset
 
     def batch_ended(self, batch: int, seconds: float) -> None:
         """Spark finished batch `batch` (every task of it ended) in `seconds`: one "batches" event

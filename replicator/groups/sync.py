@@ -15,7 +15,6 @@ translated exactly (`translate.Translator`), checkpointed on the target (`checkp
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import re
 import threading
@@ -366,10 +365,10 @@ class GroupSync:
         self._close_offsets_admin()
 
     def _close_offsets_admin(self) -> None:
+        from replicator.clients.kafka_python_clients import close_quietly
+
         admin, self._offsets_admin = self._offsets_admin, None
-        if admin is not None:
-            with contextlib.suppress(Exception):
-                admin.close()
+        close_quietly(admin)
 
 
 class GroupSyncObserver:

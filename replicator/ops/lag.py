@@ -3,7 +3,6 @@ offset committed in the fake group on the target. Exact, and available whether t
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import time
 from dataclasses import dataclass
@@ -12,7 +11,7 @@ from confluent_kafka import KafkaError, TopicPartition
 
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import while_retriable
-from replicator.clients.kafka_python_clients import client_settings
+from replicator.clients.kafka_python_clients import client_settings, close_quietly
 from replicator.config import ReplicatorConfig
 from replicator.topics.sync import TopicMapping
 
@@ -148,9 +147,7 @@ class LagReader:
             # And a new target client: kafka-python 3.0 never forgets a group's coordinator, so after
             # the coordinator moved every lookup failed NOT_COORDINATOR until the job stopped.
             target, self._target = self._target, None
-            if target is not None:
-                with contextlib.suppress(Exception):
-                    target.close()
+            close_quietly(target)
             raise LagUnavailable(f"{type(e).__name__}: {e}", bool(getattr(e, "retriable", False))) from None
 
     def close(self) -> None:
