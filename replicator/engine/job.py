@@ -17,6 +17,7 @@ from pyspark.errors import StreamingQueryException
 
 from replicator.access import permissions
 from replicator.clients import kafka_clients
+from replicator.clients.client_errors import transient
 from replicator.config import ReplicatorConfig
 from replicator.engine import spark_session as session
 from replicator.engine import transactional_ids
@@ -46,6 +47,7 @@ TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)
 # More than QUERY_RESTARTS failures in a row without a record copied in between: the failure is not
 # passing, exit 1 and let the supervisor (or the operator) see it.
 QUERY_RESTARTS = 8
+_PREPARE_RETRY_S = 30.0  # a fresh cluster's brokers learning of topics the pre-flight just created
 QUERY_RESTART_BACKOFF_S = 5.0
 QUERY_RESTART_BACKOFF_MAX_S = 60.0
 
@@ -107,23 +109,36 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
             f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
             f"replicating into it again in this direction would split the brain. Fail back with a reverse "
             f"job (see README, Disaster recovery), or delete that topic to resume this direction deliberately.")
-    try:
-        selected = topic_sync.discover(cfg, source)
-        permissions.check_source(cfg, source, selected)
-        permissions.check_source_group(cfg, source)
-        cfg = permissions.check_source_configs(cfg, source, selected)
-        # Checked before creating anything (what creation would skip), and again after it (topics
-        # that did not exist before): no record or offset is written until every check passed.
-        cfg = permissions.check_target(cfg, target, selected)
-        mappings = topic_sync.ensure_target_topics(cfg, source, target, selected)
-        ensure_index_topic(cfg, target, [m.target for m in mappings])
-        cfg = permissions.check_target(cfg, target, selected, quiet=True)
-        permissions.check_group(cfg, target)
-        permissions.check_promotion_marker(cfg, target)
-    except permissions.PermissionDenied as e:
-        raise RuntimeFailure(str(e)) from None
-    except (RuntimeError, KafkaException) as e:
-        raise RuntimeFailure(f"preparing target topics failed: {e}") from None
+    checked = cfg
+    deadline = time.monotonic() + _PREPARE_RETRY_S
+    while True:
+        try:
+            cfg = checked
+            selected = topic_sync.discover(cfg, source)
+            permissions.check_source(cfg, source, selected)
+            permissions.check_source_group(cfg, source)
+            cfg = permissions.check_source_configs(cfg, source, selected)
+            # Checked before creating anything (what creation would skip), and again after it (topics
+            # that did not exist before): no record or offset is written until every check passed.
+            cfg = permissions.check_target(cfg, target, selected)
+            mappings = topic_sync.ensure_target_topics(cfg, source, target, selected)
+            ensure_index_topic(cfg, target, [m.target for m in mappings])
+            cfg = permissions.check_target(cfg, target, selected, quiet=True)
+            permissions.check_group(cfg, target)
+            permissions.check_promotion_marker(cfg, target)
+            break
+        except permissions.PermissionDenied as e:
+            raise RuntimeFailure(str(e)) from None
+        except KafkaException as e:
+            # A topic just created is not yet known to every broker of a fresh multi-broker cluster
+            # (UNKNOWN_TOPIC_OR_PART from the next check: seen in make test's three-broker run). Every
+            # step here is a check or an idempotent creation, so asking again is safe.
+            err = kafka_clients.kafka_error(e)
+            if err is None or not transient(err) or time.monotonic() >= deadline:
+                raise RuntimeFailure(f"preparing target topics failed: {e}") from None
+            time.sleep(0.5)
+        except RuntimeError as e:
+            raise RuntimeFailure(f"preparing target topics failed: {e}") from None
     if not mappings:
         log.warning("no source topic matches the selection yet; new topics are picked up every %ss",
                     cfg.refresh_topics_interval_seconds)
