@@ -60,10 +60,15 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         # commit moving the last stable offset) answers it at once, so a shorter wait adds no latency,
         # only idle fetches (CPU on both sides, per partition: issue 13's many-partitions shape).
         "fetch.wait.max.ms": 500,
-        "fetch.max.bytes": 64 * 1024 * 1024,
-        "max.partition.fetch.bytes": 16 * 1024 * 1024,
-        # What a shard needs to keep its producer busy (issue 13): with 16 MiB instead of 64, catch-up
-        # was faster and the process tree's peak PSS ~100 MiB lower (BENCHMARKS.md, queue A/B).
+        # Prefetch sized to what a shard needs to keep its producer busy (issue 13). The records of a
+        # fetch response share its buffer, which lives until the last of them is copied, and the 100 B
+        # catch-up prefetched up to queued.min.messages (default 100,000) per partition: with 16/4 MiB
+        # responses and 20,000 records per partition instead of 64/16 MiB and 100,000, each shard
+        # worker peaked at ~190 MiB instead of ~330 at the same throughput (BENCHMARKS.md, 2026-11-26
+        # afternoon). 16 MiB of queue instead of 64 was faster and ~100 MiB lighter (queue A/B).
+        "fetch.max.bytes": 16 * 1024 * 1024,
+        "max.partition.fetch.bytes": 4 * 1024 * 1024,
+        "queued.min.messages": 20_000,
         "queued.max.messages.kbytes": 16 * 1024,
         # librdkafka postpones fetching a partition whose local queue is over its threshold by this
         # much (default 1 s); the copy loop drains a full queue in a few ms and then sat idle, which
