@@ -47,9 +47,9 @@ TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)
 # More than QUERY_RESTARTS failures in a row without a record copied in between: the failure is not
 # passing, exit 1 and let the supervisor (or the operator) see it.
 QUERY_RESTARTS = 8
-_PREPARE_RETRY_S = 30.0  # a fresh cluster's brokers learning of topics the pre-flight just created
 QUERY_RESTART_BACKOFF_S = 5.0
 QUERY_RESTART_BACKOFF_MAX_S = 60.0
+_PREPARE_RETRY_S = 30.0  # a fresh cluster's brokers learning of topics the pre-flight just created
 
 
 class RuntimeFailure(RuntimeError):
