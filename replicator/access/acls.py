@@ -134,7 +134,7 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
             "target", dst, "Topic", target_pattern, target_name,
             ("Write", REQUIRED, "produce the copied records in transactions"),
             ("Read", REQUIRED, "commit the source offsets into the offsets group with the records (TxnOffsetCommit "
-                               "checks Read on the topic)"),
+                               "checks Read on the topic); read back a record after a commit in doubt"),
             ("Create", CREATE, "create missing target topics with the source's partitions and configs"),
             ("Alter", CREATE, "add partitions when a source topic grows"),
             ("AlterConfigs", CONFIG_SYNC, "compare the target topic's configs with the source's and re-apply drifted "

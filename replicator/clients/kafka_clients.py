@@ -132,6 +132,22 @@ def group_reader(cfg: ReplicatorConfig) -> Consumer:
     }))
 
 
+def target_probe(cfg: ReplicatorConfig) -> Consumer:
+    """Reads one target partition read_committed from a given offset (a commit in doubt, see
+    `commit_outcome`); never subscribes and never commits."""
+    return Consumer(with_logging({
+        **cfg.client_properties("target"),
+        "bootstrap.servers": cfg.target_bootstrap_servers,
+        "group.id": f"{cfg.group}.probe",
+        "enable.auto.commit": False,
+        "enable.auto.offset.store": False,
+        "isolation.level": "read_committed",
+        "enable.partition.eof": True,
+        "auto.offset.reset": "error",
+        "fetch.wait.max.ms": 100,
+    }))
+
+
 def kafka_error(exc: BaseException) -> KafkaError | None:
     if isinstance(exc, KafkaException) and exc.args and isinstance(exc.args[0], KafkaError):
         return exc.args[0]

@@ -22,7 +22,9 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    records of (`replicator.groups.index`): visible exactly when the data is.
 
 Any Kafka error in the transaction drops the producer and starts again at step 1: whatever happened
-before (commit or not), the re-read offsets tell the truth.
+before (commit or not), the re-read offsets tell the truth, once they are at least as new as the
+commits this run knows of. A commit call that failed may still have committed: the target's data
+says whether it did before the offsets are read (`commit_outcome`).
 
 `copy()` runs the same loop up to given end offsets and returns (tests, the bench's bare loop).
 """
@@ -40,7 +42,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import Outcome, classify, transient
 from replicator.config import ReplicatorConfig
-from replicator.engine import transactional_ids
+from replicator.engine import commit_outcome, transactional_ids
 from replicator.engine.bounded_call import BoundedCaller
 from replicator.engine.stall_watch import StallWatch
 from replicator.groups import index
@@ -72,6 +74,7 @@ _BACKLOG_S = 1.0
 _REPORT_INTERVAL_S = 1.0
 _CONSUME_ERROR_LOG_S = 10.0
 _STALE_LOG_S = 10.0
+_IN_DOUBT_GRACE_S = 30.0  # past the transaction timeout, for the coordinator to write its abort
 
 
 class DataLossError(RuntimeError):
@@ -206,6 +209,7 @@ class ShardCopier:
         # task, or by earlier tasks as the driver saw them. A job never moves its group's offset
         # back, so a resume point below its floor was read stale (see _resume_points).
         self._floors: dict[tuple[str, int], int] = {}
+        self._in_doubt: _InDoubt | None = None  # a transaction whose commit call failed (see commit_outcome)
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
@@ -306,7 +310,10 @@ class ShardCopier:
                 log.warning("transaction failed (%s); restarting from the target's offsets (failing for %.0f s)",
                             err.str(), now - failing_since, extra={"shard": self.shard})
                 self.stats.producer_recreations += 1
-                if should_stop():
+                # The next task learns this task's commits from the driver (floors): a commit in
+                # doubt is settled first, by one more attempt (its init_transactions() ends the
+                # transaction at the coordinator, then _resume_points reads the outcome).
+                if should_stop() and self._in_doubt is None:
                     return
                 time.sleep(min(0.1 * 2 ** min(attempts, 6), 5.0))
             finally:
@@ -425,6 +432,8 @@ class ShardCopier:
 
     def _resume_points(self, ranges: list[CopyRange], should_stop=lambda: False
                        ) -> dict[tuple[str, int], _PartitionState]:
+        if self._in_doubt is not None:
+            self._settle_in_doubt()
         committed = self._read_resume_points(ranges, should_stop)
         if committed is None:
             return {}
@@ -446,6 +455,33 @@ class ShardCopier:
                 st.refresh = True
                 self._changed(st)
         return states
+
+    def _settle_in_doubt(self) -> None:
+        """Learns from the target's data whether the transaction whose commit call failed committed;
+        if it did, it is counted and its end positions become floors, so a group answer from before
+        it is refused. Asked until decided: the coordinator aborts an open transaction at its
+        timeout at the latest, and copying on without knowing could copy it twice."""
+        doubt = self._in_doubt
+        probe = next(s for s in doubt.states if s.first_pair is not None)
+        where = (probe.r.target_topic, probe.r.partition, probe.first_pair[1])
+        give_up = time.monotonic() + self.cfg.transaction_timeout_ms / 1000 + _IN_DOUBT_GRACE_S
+        waited = 0.5
+        while (committed := commit_outcome.committed(self.cfg, *where)) is None:
+            if time.monotonic() >= give_up:
+                raise RuntimeError(f"shard {self.shard}: cannot tell whether the transaction that wrote "
+                                   f"{where[0]}[{where[1]}]@{where[2]} committed: its commit call failed and the "
+                                   f"target has not shown the outcome within the transaction timeout")
+            log.warning("commit in doubt: %s[%d]@%d is not decided on the target yet; asking again", *where,
+                        extra={"shard": self.shard, "event": "commit_in_doubt"})
+            time.sleep(waited)
+            waited = min(waited * 2, 5.0)
+        self._in_doubt = None
+        records = sum(s.records for s in doubt.states)
+        log.warning("commit in doubt: the failed commit call's transaction %s (%d records)",
+                    "committed: its positions are kept" if committed else "aborted: it is copied again", records,
+                    extra={"shard": self.shard, "event": "commit_in_doubt_settled", "committed": committed})
+        if committed:
+            self._account(doubt.states, doubt.started)
 
     def _read_resume_points(self, ranges: list[CopyRange], should_stop) -> dict | None:
         """The fake group's offsets for `ranges`, once none lies below its floor; None if the task
@@ -648,7 +684,15 @@ class ShardCopier:
                 self._bounded.call(producer, "send_offsets_to_transaction",
                                    lambda: producer.send_offsets_to_transaction(offsets, group, 60), 60)
             if self._txn_begun:
+                # From here a failure no longer means the transaction aborted (see commit_outcome).
+                if any(s.first_pair is not None for s in advanced):
+                    self._in_doubt = _InDoubt(advanced, started)
                 self._bounded.call(producer, "commit_transaction", lambda: producer.commit_transaction(60), 60)
+                if self.fault == "commit-response-lost":
+                    self.fault = None
+                    raise KafkaException(KafkaError(KafkaError._FENCED, "test fault: the commit landed, its "
+                                                    "response was lost and the retry came back fenced"))
+                self._in_doubt = None
         elif offsets:
             self.group.commit(offsets=offsets, asynchronous=False)
         if self._txn_records:
@@ -661,6 +705,11 @@ class ShardCopier:
         if self._cycle_began is not None and ended > self._cycle_began:
             self._rate = _moving_average(self._rate, sum(s.records for s in advanced) / (ended - self._cycle_began))
         self._cycle_began = ended
+        self._account(advanced, started)
+        self._report()
+
+    def _account(self, advanced: list[_PartitionState], started: float) -> None:
+        """Counts a committed transaction and raises its partitions' floors."""
         now = time.time()
         self.stats.transactions += 1
         self.stats.transaction_seconds.append(time.monotonic() - started)
@@ -681,7 +730,6 @@ class ShardCopier:
             s.txn_begin, s.first_pair, s.gaps, s.delivery_error = s.next, None, [], None
             s.promised = True  # the fake group holds its offset now: a later gap is data loss
             self._floors[(s.r.source_topic, s.r.partition)] = s.next
-        self._report()
 
     def _report(self, force: bool = False) -> None:
         if self._link is None or self.stats.empty():
@@ -718,6 +766,12 @@ class ShardCopier:
         s.meta = CommitMetadata(self.source_cluster, s.r.source_topic, self.cfg.shard_count, self.shard, so, to,
                                 self.cfg.name, int(time.time()))
         return s.meta.encode()
+
+
+@dataclass
+class _InDoubt:
+    states: list[_PartitionState]  # the transaction's partitions, as they stood when its commit began
+    started: float
 
 
 class _PairReport:

@@ -1,0 +1,84 @@
+"""A commit call that fails after the transaction may have committed (the coordinator moved, the
+retried EndTxn came back fenced) leaves it in doubt. The target's data settles it; a transaction
+that did commit is counted once and its end positions become floors, so a stale group answer from
+before it is refused instead of copying its records a second time (RELIABILITY.md, 2026-11-26)."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+
+from replicator.engine import commit_outcome, shard_copy
+from replicator.engine.shard_copy import CopyRange, CopyStats, ShardCopier, _InDoubt, _PartitionState
+from replicator.offsets import CommitMetadata, Committed
+
+
+def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
+    assert commit_outcome.outcome(100, seen=100, end=None) is True  # the record itself: committed
+    assert commit_outcome.outcome(100, seen=104, end=None) is False  # skipped as aborted
+    assert commit_outcome.outcome(100, seen=None, end=106) is False  # stable end past it, nothing returned
+    assert commit_outcome.outcome(100, seen=None, end=100) is None  # still open: the stable end stops at it
+    assert commit_outcome.outcome(100, seen=None, end=None) is None  # nothing heard: ask again
+
+
+class Reader:
+    def __init__(self, answer: int) -> None:
+        self.answer, self.closed = answer, False
+
+    def close(self) -> None:
+        self.closed = True
+
+
+def copier(monkeypatch, group_answer: int, fresh_answer: int, outcomes: list) -> ShardCopier:
+    """A shard whose last transaction copied source offsets 40..49 of s[0] (target 200..209) and whose
+    commit call failed; the group first answers `group_answer`, a new reader `fresh_answer`."""
+    c = object.__new__(ShardCopier)
+    c.cfg = SimpleNamespace(group="g", name="job", shard_count=1, offsets_refresh_interval_seconds=86_400,
+                            transaction_timeout_ms=60_000)
+    c.shard, c._key, c._floors, c.group, c.source_cluster = 0, "k", {("s", 0): 40}, Reader(group_answer), "src"
+    c.stats, c._txn_started = CopyStats(), None
+    r = CopyRange("s", "t", 0, -1)
+    st = _PartitionState(r, 50, True, CommitMetadata("src", "s", 1, 0, job="job"), dirty=True, records=10,
+                         bytes=1_000, txn_begin=40, first_pair=(40, 200), pair=(49, 209))
+    c._in_doubt = _InDoubt([st], 0.0)
+    answers = iter(outcomes)
+    asked = []
+    monkeypatch.setattr(commit_outcome, "committed",
+                        lambda cfg, topic, partition, offset: asked.append((topic, partition, offset)) or next(answers))
+    monkeypatch.setattr(shard_copy, "read_committed",
+                        lambda reader, tps: {tp: Committed(reader.answer, None) for tp in tps})
+    monkeypatch.setattr(shard_copy.kafka_clients, "group_reader", lambda cfg: Reader(fresh_answer))
+    monkeypatch.setattr(shard_copy.time, "sleep", lambda s: None)
+    c.asked = asked
+    return c
+
+
+def test_a_commit_that_landed_is_kept_though_the_group_answers_from_before_it(monkeypatch):
+    c = copier(monkeypatch, group_answer=40, fresh_answer=50, outcomes=[True])
+    states = c._resume_points([CopyRange("s", "t", 0, -1)])
+    assert states[("s", 0)].next == 50  # not 40: records 40..49 are on the target already
+    assert c.asked == [("t", 0, 200)]
+    assert c._in_doubt is None and c._floors[("s", 0)] == 50
+    assert c.stats.records == 10 and c.stats.transactions == 1 and c.stats.partitions["s|0"][:3] == [10, 1_000, 50]
+
+
+def test_a_commit_that_aborted_is_copied_again(monkeypatch):
+    c = copier(monkeypatch, group_answer=40, fresh_answer=40, outcomes=[False])
+    states = c._resume_points([CopyRange("s", "t", 0, -1)])
+    assert states[("s", 0)].next == 40
+    assert c._in_doubt is None and c._floors[("s", 0)] == 40 and c.stats.records == 0
+
+
+def test_an_open_transaction_is_asked_about_again_until_decided(monkeypatch):
+    c = copier(monkeypatch, group_answer=50, fresh_answer=50, outcomes=[None, None, True])
+    assert c._resume_points([CopyRange("s", "t", 0, -1)])[("s", 0)].next == 50
+    assert len(c.asked) == 3 and c.stats.records == 10
+
+
+def test_a_transaction_never_decided_fails_the_task_rather_than_guess(monkeypatch):
+    c = copier(monkeypatch, group_answer=40, fresh_answer=40, outcomes=[None] * 1_000)
+    c.cfg.transaction_timeout_ms = 1
+    monkeypatch.setattr(shard_copy, "_IN_DOUBT_GRACE_S", 0.0)
+    with pytest.raises(RuntimeError, match=r"cannot tell whether the transaction that wrote t\[0\]@200 committed"):
+        c._resume_points([CopyRange("s", "t", 0, -1)])
