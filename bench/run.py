@@ -8,8 +8,9 @@ Parts, in this order: catch-up (every contender, preloaded topics), steady state
 and MM2 exactly-once, fixed rates per record size; restart at the first size only), many partitions
 (replicator and MM2 exactly-once, TOPICSxPARTITIONS small topics).
 
-Run r measures contender A, B, C ... for every record size before run r+1 starts (A B C A B C ...),
-so a slow minute on this shared machine hits every contender alike and the ratios stay meaningful.
+Run r measures every contender for every record size before run r+1 starts, so a slow minute on
+this shared machine hits every contender alike and the ratios stay meaningful; the order rotates from
+run to run (A B C, B C A, C A B), so no contender is always first after a topic deletion.
 Results go to bench/results.json after every measurement and to BENCHMARKS.md + bench/throughput.png
 at the end.
 """
@@ -79,6 +80,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
+def rotated(contenders: list, run: int) -> list:
+    """The contenders in a different order in each run (run 1 as given, run 2 from the second, ...):
+    in a fixed order the one measured first always found the target freshly emptied by the deletion of
+    the previous measurement's topics, and the one measured last the box warmest."""
+    k = (run - 1) % len(contenders) if contenders else 0
+    return contenders[k:] + contenders[:k]
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     runs = args.runs or (1 if args.quick else 3)
@@ -122,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
             topics = {size: _preloaded(box, size, records, logdir) for size, records in sizes}
             for run in range(1, runs + 1):
                 for size, records in sizes:
-                    for c in contenders:
+                    for c in rotated(contenders, run):
                         j = job(topics[size], size, records)
                         doc["load"].append([time.time(), *os.getloadavg()])
                         r = _guarded(lambda: catchup.measure(c, j, run, args.timeout),  # noqa: B023
@@ -144,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
             steady_contenders = [c for c in contenders if c.key in steady.CONTENDERS]
             for run in range(1, runs + 1):
                 for size in steady_sizes:
-                    for c in steady_contenders:
+                    for c in rotated(steady_contenders, run):
                         restart_too = size == steady_sizes[0]
                         j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0)
                         doc["load"].append([time.time(), *os.getloadavg()])
