@@ -142,7 +142,9 @@ def target_probe(cfg: ReplicatorConfig) -> Consumer:
     return Consumer(with_logging({
         **cfg.client_properties("target"),
         "bootstrap.servers": cfg.target_bootstrap_servers,
-        "group.id": f"{cfg.group}.probe",
+        # The fake group's id, which the job's ACLs already cover (librdkafka looks its coordinator
+        # up); the probe never joins it and never commits.
+        "group.id": cfg.group,
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
