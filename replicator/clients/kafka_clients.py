@@ -124,30 +124,30 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
     return producer
 
 
-def group_reader(cfg: ReplicatorConfig) -> Consumer:
-    """A member-less handle on the fake group: reads its committed offsets, supplies its metadata."""
-    return Consumer(with_logging({
+def _member_less(cfg: ReplicatorConfig) -> dict:
+    """A consumer on the target under the fake group's id (which the job's ACLs cover) that never
+    joins the group and never commits, reading committed data and stable offsets only."""
+    return {
         **cfg.client_properties("target"),
         "bootstrap.servers": cfg.target_bootstrap_servers,
         "group.id": cfg.group,
         "enable.auto.commit": False,
         # Stable offsets only: pending transactional commits are waited for, never read.
         "isolation.level": "read_committed",
-    }))
+    }
+
+
+def group_reader(cfg: ReplicatorConfig) -> Consumer:
+    """A member-less handle on the fake group: reads its committed offsets, supplies its metadata."""
+    return Consumer(with_logging(_member_less(cfg)))
 
 
 def target_probe(cfg: ReplicatorConfig) -> Consumer:
     """Reads one target partition read_committed from a given offset (a commit in doubt, see
-    `commit_outcome`); never subscribes and never commits."""
+    `commit_outcome`)."""
     return Consumer(with_logging({
-        **cfg.client_properties("target"),
-        "bootstrap.servers": cfg.target_bootstrap_servers,
-        # The fake group's id, which the job's ACLs already cover (librdkafka looks its coordinator
-        # up); the probe never joins it and never commits.
-        "group.id": cfg.group,
-        "enable.auto.commit": False,
+        **_member_less(cfg),
         "enable.auto.offset.store": False,
-        "isolation.level": "read_committed",
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
         "fetch.wait.max.ms": 100,

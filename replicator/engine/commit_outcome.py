@@ -38,24 +38,16 @@ def committed(cfg: ReplicatorConfig, topic: str, partition: int, offset: int, ti
     consumer = kafka_clients.target_probe(cfg)
     try:
         consumer.assign([TopicPartition(topic, partition, offset)])
-        seen = end = None
-        for m in _messages(consumer, timeout):
-            err = m.error()
-            if err is None:
-                seen = m.offset()
-                break
-            if err.code() == KafkaError._PARTITION_EOF:
-                end = m.offset()
-                break
-        return outcome(offset, seen, end)
+        deadline = time.monotonic() + timeout
+        while (left := deadline - time.monotonic()) > 0:
+            m = consumer.poll(min(left, 1.0))
+            if m is None:
+                continue
+            if m.error() is None:
+                return outcome(offset, m.offset(), None)
+            if m.error().code() == KafkaError._PARTITION_EOF:
+                return outcome(offset, None, m.offset())
+            # any other error (a leader moving) is retried by the consumer itself
+        return None
     finally:
         consumer.close()
-
-
-def _messages(consumer, timeout: float):
-    """What the consumer hands out within `timeout` (errors included: a leader moving is retried)."""
-    deadline = time.monotonic() + timeout
-    while (left := deadline - time.monotonic()) > 0:
-        m = consumer.poll(min(left, 1.0))
-        if m is not None:
-            yield m

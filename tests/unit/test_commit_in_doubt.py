@@ -12,6 +12,7 @@ import pytest
 from replicator.engine import commit_outcome, shard_copy
 from replicator.engine.shard_copy import CopyRange, CopyStats, ShardCopier, _InDoubt, _PartitionState
 from replicator.offsets import CommitMetadata, Committed
+from tests.unit.test_stale_resume import Reader
 
 
 def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
@@ -20,14 +21,6 @@ def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
     assert commit_outcome.outcome(100, seen=None, end=106) is False  # stable end past it, nothing returned
     assert commit_outcome.outcome(100, seen=None, end=100) is None  # still open: the stable end stops at it
     assert commit_outcome.outcome(100, seen=None, end=None) is None  # nothing heard: ask again
-
-
-class Reader:
-    def __init__(self, answer: int) -> None:
-        self.answer, self.closed = answer, False
-
-    def close(self) -> None:
-        self.closed = True
 
 
 def copier(monkeypatch, group_answer: int, fresh_answer: int, outcomes: list) -> ShardCopier:
