@@ -49,6 +49,10 @@ TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)
 QUERY_RESTARTS = 8
 QUERY_RESTART_BACKOFF_S = 5.0
 QUERY_RESTART_BACKOFF_MAX_S = 60.0
+# Discovery reads the target's full metadata only when the source's selection changed, and at least
+# this often (a target topic deleted behind the job's back is created again): at 5,000 partitions,
+# reading both clusters' metadata every refresh was a third of an idle driver's CPU (BENCHMARKS.md).
+TARGET_RECHECK_S = 60.0
 _PREPARE_RETRY_S = 30.0  # a fresh cluster's brokers learning of topics the pre-flight just created
 
 
@@ -238,6 +242,7 @@ class Replicator:
         self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
         self.stats = ControlServer(self._on_batch, "127.0.0.1" if cfg.spark_master.startswith("local") else "0.0.0.0")
         self.mappings: list[topic_sync.TopicMapping] = []
+        self._target_checked: tuple[dict[str, int], float] = ({}, -TARGET_RECHECK_S)  # selection, when
         self.spark = None
         self.query = None
 
@@ -374,7 +379,7 @@ class Replicator:
             if time.monotonic() >= next_progress:
                 try:
                     lag_reader = lag_reader or LagReader(self.cfg, LAG_LOOKUP_TIMEOUT_S)
-                    lags = lag_reader.lags(self.mappings)
+                    lags = lag_reader.lags(self.mappings, self.stats.settled())
                     lag = sum(x.records for x in lags)
                 except KafkaException as e:
                     lag, lags = -1, []
@@ -404,7 +409,11 @@ class Replicator:
         shard tasks end early so the next batch plans the change."""
         selected, skipped = topic_sync.selection(self.cfg, source)
         self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
+        checked, when = self._target_checked
+        if selected == checked and time.monotonic() - when < TARGET_RECHECK_S:
+            return
         mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
+        self._target_checked = (selected, time.monotonic())
         if mappings != self.mappings:  # a new topic may keep records longer than the index does
             ensure_index_topic(self.cfg, target, [m.target for m in mappings])
             # New topics and partitions join at a batch boundary: make one now.

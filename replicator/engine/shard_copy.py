@@ -72,6 +72,8 @@ _MAX_LOAD = 0.75
 # then kept the whole stream seconds late. Growing pays only when the shard is this far behind.
 _BACKLOG_S = 1.0
 _REPORT_INTERVAL_S = 1.0
+_SETTLED_INTERVAL_S = 2.0  # how often a task looks for partitions that reached or left the source's end
+_SETTLED_RESEND_S = 30.0  # and says all of them again (the driver forgets a task it did not hear from)
 _CONSUME_ERROR_LOG_S = 10.0
 _STALE_LOG_S = 10.0
 _IN_DOUBT_GRACE_S = 30.0  # past the transaction timeout, for the coordinator to write its abort
@@ -122,7 +124,9 @@ class DriverLink(Protocol):
     """The running task's line to the driver (`task_control`): live stats out, "end now" in."""
 
     def stop_requested(self) -> bool: ...
-    def report(self, stats: dict) -> bool: ...  # False: not delivered, keep the stats
+    # False: not delivered, keep the stats. `settled`: "topic|partition" -> the offset at which it
+    # is settled (see ShardCopier._settled_changes), -1 for one no longer settled.
+    def report(self, stats: dict | None, settled: dict[str, int] | None = None) -> bool: ...
 
 
 @dataclass
@@ -146,6 +150,9 @@ class _PartitionState:
     gaps: list[int] = field(default_factory=list)  # flat [start, end, start, end, ...]
     delivery_error: KafkaError | None = None  # the target refused a record of the open transaction
     rewound_from: int = -1  # the copy position when the consumer last went back below it (logged once)
+    # The source's end (last stable offset) at the partition's last end-of-partition event, -1 when
+    # unsure. A record arriving after it moves `next` past it.
+    end_seen: int = -1
 
     def skip_to(self, offset: int) -> None:
         """Moves the position over source offsets that are not copied (markers, aborted or compacted
@@ -210,6 +217,9 @@ class ShardCopier:
         # back, so a resume point below its floor was read stale (see _resume_points).
         self._floors: dict[tuple[str, int], int] = {}
         self._in_doubt: _InDoubt | None = None  # a transaction whose commit call failed (see commit_outcome)
+        self._states: dict[tuple[str, int], _PartitionState] = {}  # the running attempt's partitions
+        self._sent_settled: dict[str, int] = {}  # what the driver was last told is settled
+        self._settled_checked = self._settled_resent = 0.0
 
     def _provenance(self, key: str) -> Provenance:
         if key + "|target" not in _cluster_ids:
@@ -310,6 +320,8 @@ class ShardCopier:
                 log.warning("transaction failed (%s); restarting from the target's offsets (failing for %.0f s)",
                             err.str(), now - failing_since, extra={"shard": self.shard})
                 self.stats.producer_recreations += 1
+                self._states = {}
+                self._report(force=True)  # the driver stops taking this attempt's partitions as settled
                 # The next task learns this task's commits from the driver (floors): a commit in
                 # doubt is settled first, by one more attempt (its init_transactions() ends the
                 # transaction at the coordinator, then _resume_points reads the outcome).
@@ -326,6 +338,7 @@ class ShardCopier:
                     self._paused = []
                 self.consumer.unassign()
                 self._clear_txn()
+                self._states = {}  # the next attempt's partitions are settled once it sees their ends again
                 del producer
 
     def _clear_txn(self) -> None:
@@ -345,7 +358,7 @@ class ShardCopier:
 
     # -- the loop -------------------------------------------------------------------------------
     def _copy_with(self, producer: Producer, ranges: list[CopyRange], should_stop) -> None:
-        states = self._resume_points(ranges, should_stop)
+        states = self._states = self._resume_points(ranges, should_stop)
         if not states:
             return
         tps = [TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()]
@@ -605,11 +618,13 @@ class ShardCopier:
                 return
             if st.beyond(m.offset()):
                 self._finish(st)
-            elif m.offset() > st.next:
+                return
+            if m.offset() > st.next:
                 # The end of what the source has committed lies past the last record: transaction
                 # markers or aborted records. Moving over them lets the group reach the source's end.
                 st.skip_to(m.offset())
                 self._changed(st)
+            st.end_seen = m.offset()
             return
         if st is not None and err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
             self._on_out_of_range(st)
@@ -624,7 +639,10 @@ class ShardCopier:
             return
         if transient(err):
             # A broker down or restarting, a leader moving: the consumer reconnects and fetches again
-            # by itself, and the open transaction (target side) is unaffected.
+            # by itself, and the open transaction (target side) is unaffected. The ends seen before
+            # may be old now: the partitions are no longer reported settled.
+            for unsure in states.values() if st is None else (st,):
+                unsure.end_seen = -1
             now = time.monotonic()
             if now - self._consume_error_logged >= _CONSUME_ERROR_LOG_S:
                 self._consume_error_logged = now
@@ -732,13 +750,40 @@ class ShardCopier:
             self._floors[(s.r.source_topic, s.r.partition)] = s.next
 
     def _report(self, force: bool = False) -> None:
-        if self._link is None or self.stats.empty():
+        if self._link is None:
             return
-        if not force and time.monotonic() - self._reported < _REPORT_INTERVAL_S:
+        now = time.monotonic()
+        settled = None
+        if force or now - self._settled_checked >= _SETTLED_INTERVAL_S:
+            if now - self._settled_resent >= _SETTLED_RESEND_S:
+                self._sent_settled, self._settled_resent = {}, now
+            settled, self._settled_checked = self._settled_changes(), now
+        if self.stats.empty() and not settled:
             return
-        if self._link.report(self.stats.to_dict()):
-            self.stats = CopyStats()
-        self._reported = time.monotonic()
+        if not force and not settled and now - self._reported < _REPORT_INTERVAL_S:
+            return
+        stats = None if self.stats.empty() else self.stats.to_dict()
+        if self._link.report(stats, settled):
+            if stats is not None:
+                self.stats = CopyStats()
+            for key, offset in (settled or {}).items():
+                if offset < 0:
+                    self._sent_settled.pop(key, None)
+                else:
+                    self._sent_settled[key] = offset
+        self._reported = now
+
+    def _settled_changes(self) -> dict[str, int]:
+        """Partitions that became settled or stopped being so since the driver was last told: settled
+        means the group holds the source's end, as this task's last fetch of the partition saw it (an
+        end-of-partition event, nothing arrived since, nothing of it in the open transaction). The
+        driver takes their lag as 0 without asking the clusters (`ControlServer.settled`): at 5,000
+        idle partitions, asking was most of an idle job's CPU (BENCHMARKS.md)."""
+        now_settled = {f"{k[0]}|{k[1]}": st.next for k, st in self._states.items()
+                       if st.end_seen >= 0 and st.next == st.end_seen and st.promised and not st.dirty}
+        changes = {k: o for k, o in now_settled.items() if self._sent_settled.get(k) != o}
+        changes.update({k: -1 for k in self._sent_settled.keys() - now_settled.keys()})
+        return changes
 
     def _produce_index(self, producer: Producer, advanced: list[_PartitionState]) -> None:
         """After the data's delivery reports (they give the target offsets), before the offsets join

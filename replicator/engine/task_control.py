@@ -6,7 +6,9 @@ Spark cluster too, where a file flag on the driver is invisible to executors. Ea
 keeps one TCP connection to the driver. Every exchange is one JSON line each way: the task sends
 the stats of the transactions it committed since the last exchange (possibly none), the driver
 answers whether the task must end now. A starting task also asks for its partitions' floors: the
-highest source offset the driver has seen committed for each, in this run (see `floors`).
+highest source offset the driver has seen committed for each, in this run (see `floors`). And a
+task says which of its partitions are settled (the group holds the source's end as the task last
+fetched it), so the driver's lag lookups ask the clusters only about the others (see `settled`).
 
 Losing the line never affects what is copied: a task that cannot reach the driver keeps copying
 until its batch duration ends, and tries once more on a fresh connection when it ends.
@@ -26,6 +28,10 @@ log = logging.getLogger("replicator.task_control")  # the log's public name, kep
 
 _EXCHANGE_INTERVAL_S = 0.5
 _TIMEOUT_S = 5.0
+# A task's settled partitions count while its line is open and it exchanged within this long (a
+# running task does every _EXCHANGE_INTERVAL_S): one that ended, hangs or retries a failed
+# transaction drops out, and its partitions are looked up on the clusters again.
+SETTLED_FRESH_S = 5.0
 
 
 class ControlServer:
@@ -41,14 +47,24 @@ class ControlServer:
         self._highest_batch = -1
         self._batch_records: dict[int, int] = {}  # records committed by each running batch's tasks
         self._floors: dict[str, int] = {}  # "source topic|partition" -> highest committed next offset
+        # (source topic, partition) -> (offset it is settled at, (batch, shard) of the task that said so)
+        self._settled: dict[tuple[str, int], tuple[int, tuple[int, int]]] = {}
+        self._heard: dict[tuple[int, int], float] = {}  # (batch, shard) -> last exchange, monotonic
         server = self
 
         class Handler(socketserver.StreamRequestHandler):
             def handle(self) -> None:
-                for line in self.rfile:
-                    reply = server._exchange(json.loads(line))
-                    self.wfile.write(json.dumps(reply).encode() + b"\n")
-                    self.wfile.flush()
+                owner = None
+                try:
+                    for line in self.rfile:
+                        msg = json.loads(line)
+                        owner = (int(msg.get("batch", -1)), int(msg.get("shard", -1)))
+                        reply = server._exchange(msg)
+                        self.wfile.write(json.dumps(reply).encode() + b"\n")
+                        self.wfile.flush()
+                finally:
+                    if owner is not None:
+                        server._forget(owner)  # the task ended: nothing reads its partitions now
 
         self._server = socketserver.ThreadingTCPServer((host, 0), Handler)
         self._server.daemon_threads = True
@@ -60,9 +76,17 @@ class ControlServer:
 
     def _exchange(self, msg: dict) -> dict:
         batch = int(msg.get("batch", -1))
+        owner = (batch, int(msg.get("shard", -1)))
         with self._lock:
             self._highest_batch = max(self._highest_batch, batch)
             stop = self._stopping or batch <= self._ended_before
+            self._heard[owner] = time.monotonic()
+            for key, offset in msg.get("settled", {}).items():
+                topic, partition = key.rsplit("|", 1)
+                if offset >= 0:
+                    self._settled[(topic, int(partition))] = (int(offset), owner)
+                elif self._settled.get((topic, int(partition)), (0, owner))[1] == owner:
+                    self._settled.pop((topic, int(partition)), None)
         if stats := msg.get("stats"):
             self.add({"batch": batch, "shard": msg.get("shard"), **stats})
         reply: dict = {"stop": stop}
@@ -82,6 +106,24 @@ class ControlServer:
                 self._raise_floor(key, int(agg[2]))
         if self._on_stats:
             self._on_stats(stats)
+
+    def _forget(self, owner: tuple[int, int]) -> None:
+        with self._lock:
+            self._heard.pop(owner, None)
+            self._settled = {tp: v for tp, v in self._settled.items() if v[1] != owner}
+
+    def settled(self) -> dict[tuple[str, int], int]:
+        """(source topic, partition) -> offset, for partitions a running task reported settled: the
+        fake group holds that offset and it was the source's end (last stable offset) when the task
+        last fetched the partition; nothing of it has arrived since."""
+        now = time.monotonic()
+        with self._lock:
+            if gone := {o for o, t in self._heard.items() if now - t > SETTLED_FRESH_S}:
+                # Forgotten for good: a task heard from again later says anew what is settled.
+                for owner in gone:
+                    del self._heard[owner]
+                self._settled = {tp: v for tp, v in self._settled.items() if v[1] not in gone}
+            return {tp: offset for tp, (offset, owner) in self._settled.items() if owner in self._heard}
 
     def seed_floors(self, floors: dict[str, int]) -> None:
         """Offsets known committed before any task ran (the job's pre-flight read of the group)."""
@@ -105,6 +147,8 @@ class ControlServer:
         with self._lock:
             self._ended_before, self._highest_batch = -1, -1
             self._batch_records.clear()
+            self._settled.clear()
+            self._heard.clear()
 
     def end_running_batches(self) -> None:
         """The running tasks commit and end; the next batch is planned with what changed."""
@@ -136,8 +180,8 @@ class DriverLink:
             self._exchange(None)
         return self._stop
 
-    def report(self, stats: dict) -> bool:
-        return self._exchange(stats)
+    def report(self, stats: dict | None, settled: dict[str, int] | None = None) -> bool:
+        return self._exchange(stats, {"settled": settled} if settled else None)
 
     def floors(self, keys: list[str]) -> dict[str, int]:
         """For "source topic|partition" keys: the highest next offset the driver saw committed in this

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
+from functools import cached_property
 
 from confluent_kafka import KafkaError, TopicPartition
 
@@ -32,7 +34,7 @@ class PartitionLag:
     def resume(self) -> int:
         return self.committed if self.committed >= 0 else self.log_start
 
-    @property
+    @cached_property  # asked several times per partition per lookup (sums, gauges, ages)
     def records(self) -> int:
         # Offsets, not records: markers and aborted records take offsets too. It reaches 0 exactly
         # when everything committed on the source has been copied.
@@ -72,6 +74,13 @@ class LagReader:
     past the end nor back. Decoding all 5,000 entries every 5 s was the largest part of an idle job's
     lag lookup (py-spy, BENCHMARKS.md). What this can miss for up to FULL_GROUP_READ_S: the group
     deleted or reset behind the job's back.
+
+    A running job also passes the partitions its shard tasks report settled (`ControlServer.settled`):
+    between full reads those are not asked about at all, so an idle job's lookups cost nothing per
+    partition (asking the source's ends of 5,000 idle partitions every 5 s was most of an idle
+    driver's CPU). What that can miss for up to FULL_GROUP_READ_S: source records a task has not
+    fetched although the driver could have looked them up (the source reachable from the driver
+    only).
     """
 
     FULL_GROUP_READ_S = 60.0
@@ -86,6 +95,7 @@ class LagReader:
         # (target topic, partition) -> the source end its committed offset equalled at the last lookup
         self._settled: dict[tuple[str, int], int] = {}
         self._next_full_read = 0.0
+        self._known: dict[tuple[str, int], PartitionLag] = {}  # settled partitions' lags, reused while unchanged
 
         def settings(role: str) -> dict:
             return {**client_settings(cfg.client_properties(role), getattr(cfg, f"{role}_bootstrap_servers")),
@@ -106,12 +116,33 @@ class LagReader:
         return KafkaConsumer(**self._settings("source"), group_id=None, enable_auto_commit=False,
                              isolation_level="read_committed")
 
-    def lags(self, mappings: list[TopicMapping]) -> list[PartitionLag]:
+    def lags(self, mappings: list[TopicMapping], settled: Mapping[tuple[str, int], int] | None = None
+             ) -> list[PartitionLag]:
+        """`settled`: (source topic, partition) -> the offset at which both the source's end and the
+        group stand, as the job's shard tasks reported; looked up only at full reads."""
+        every = [(m.source, m.target, p) for m in mappings for p in range(m.partitions)]
+        if not every:
+            return []
+        full = time.monotonic() >= self._next_full_read
+        known, known_lags = self._known, {}
+        if settled and not full:
+            for s, t, p in every:
+                if (offset := settled.get((s, p))) is not None:
+                    x = known.get((s, p))
+                    if x is None or x.source_end != offset or x.target_topic != t:
+                        x = PartitionLag(s, t, p, offset, offset, 0, -1)
+                    known_lags[(s, p)] = x
+        self._known = known_lags
+        tps = [x for x in every if (x[0], x[2]) not in known_lags] if known_lags else every
+        looked_up = {(x.source_topic, x.partition): x for x in self._look_up(mappings, tps, full)} if tps else {}
+        if full:
+            self._next_full_read = time.monotonic() + self.FULL_GROUP_READ_S
+        return [known_lags.get((s, p)) or looked_up[(s, p)] for s, _, p in every]
+
+    def _look_up(self, mappings: list[TopicMapping], tps: list[tuple[str, str, int]], full: bool
+                 ) -> list[PartitionLag]:
         from kafka import TopicPartition as Tp
 
-        tps = [(m.source, m.target, p) for m in mappings for p in range(m.partitions)]
-        if not tps:
-            return []
         try:
             shape = {(m.source, m.partitions) for m in mappings}
             if shape != self._shape:
@@ -123,7 +154,6 @@ class LagReader:
                     self._source = self._new_source()
                 self._shape = shape
             ends = self._source.end_offsets([Tp(s, p) for s, _, p in tps])
-            full = time.monotonic() >= self._next_full_read
             committed = {(t, p): end for s, t, p in tps
                          if not full and self._settled.get((t, p)) == (end := ends[Tp(s, p)])}
             ask = [Tp(t, p) for _, t, p in tps if (t, p) not in committed]
@@ -132,14 +162,18 @@ class LagReader:
                     self._target = self._new_target()
                 offsets = self._target.list_group_offsets({self.group: ask}).get(self.group, {})
                 committed.update({(tp.topic, tp.partition): o.offset for tp, o in offsets.items()})
-            if full:
-                self._next_full_read = time.monotonic() + self.FULL_GROUP_READ_S
             never = [Tp(s, p) for s, t, p in tps if committed.get((t, p), -1) < 0]
             starts = self._source.beginning_offsets(never) if never else {}
             lags = [PartitionLag(s, t, p, ends[Tp(s, p)], committed.get((t, p), -1), starts.get(Tp(s, p), 0))
                     for s, t, p in tps]
-            self._settled = {(x.target_topic, x.partition): x.source_end for x in lags
-                             if x.committed >= 0 and x.committed == x.source_end}
+            settled_now = {(x.target_topic, x.partition): x.source_end for x in lags
+                           if x.committed >= 0 and x.committed == x.source_end}
+            if full:
+                self._settled = settled_now
+            else:  # only what was asked is replaced: the tasks reported the rest settled
+                for _, t, p in tps:
+                    self._settled.pop((t, p), None)
+                self._settled.update(settled_now)
             return lags
         except Exception as e:  # noqa: BLE001 - kafka-python raises KeyError too (test_topics); the job copies on
             self._shape = set()  # never equal to a real shape: the next lookup starts with a new client
@@ -196,6 +230,7 @@ def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 
                     consumer.pause([TopicPartition(*tp)])
         finally:
             consumer.close()
-    return [dataclasses.replace(x, oldest_timestamp_ms=found.get((x.source_topic, x.partition),
+    return [x if x.records == 0 and x.oldest_timestamp_ms == -1 else
+            dataclasses.replace(x, oldest_timestamp_ms=found.get((x.source_topic, x.partition),
                                                                  None if x.records > 0 else -1))
             for x in lags]

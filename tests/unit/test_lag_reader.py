@@ -87,7 +87,7 @@ class _Group:
 def _reader(source: _Source, group: _Group) -> LagReader:
     reader = object.__new__(LagReader)
     reader.group, reader._source, reader._target = "g", source, group
-    reader._shape, reader._settled, reader._next_full_read = {("t", 3)}, {}, 0.0
+    reader._shape, reader._settled, reader._next_full_read, reader._known = {("t", 3)}, {}, 0.0, {}
     return reader
 
 
@@ -116,3 +116,48 @@ def test_an_idle_lookup_reads_only_the_partitions_that_are_not_settled(monkeypat
     del group.offsets[("t", 1)]  # the group reset behind the job's back: a full read sees it
     assert [x.records for x in reader.lags(mappings)] == [2, 20, 5]
     assert group.asked[-1] == [("t", 0), ("t", 1), ("t", 2)]
+
+
+class _Counting(_Source):
+    def __init__(self, ends: dict) -> None:
+        super().__init__(ends)
+        self.asked: list[list[tuple[str, int]]] = []
+
+    def end_offsets(self, tps):
+        self.asked.append(sorted((tp.topic, tp.partition) for tp in tps))
+        return super().end_offsets(tps)
+
+
+def test_partitions_the_tasks_report_settled_are_not_asked_between_full_reads(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(lag.time, "monotonic", lambda: clock[0])
+    source = _Counting({("t", 0): 10, ("t", 1): 20, ("t", 2): 5})
+    group = _Group({("t", 0): 10, ("t", 1): 15, ("t", 2): 5})
+    reader, mappings = _reader(source, group), [TopicMapping("t", "t", 3)]
+    settled = {("t", 0): 10, ("t", 2): 5}  # what the shard tasks said
+
+    first = reader.lags(mappings, settled)  # a full read: every partition asked, the tasks' word unused
+    assert [x.records for x in first] == [0, 5, 0] and source.asked[-1] == [("t", 0), ("t", 1), ("t", 2)]
+
+    clock[0] += 5
+    source.ends[("t", 0)] = 12  # a task has not fetched these yet: the lag says 0 until it does
+    again = reader.lags(mappings, settled)
+    assert [x.records for x in again] == [0, 5, 0]
+    assert source.asked[-1] == [("t", 1)] and group.asked[-1] == [("t", 1)]  # only the one not settled
+    assert [(x.source_end, x.committed, x.oldest_timestamp_ms) for x in again] == [(10, 10, -1), (20, 15, None),
+                                                                                   (5, 5, -1)]
+
+    clock[0] += 5
+    del settled[("t", 0)]  # the task fetched the new records: no longer settled, asked again
+    assert [x.records for x in reader.lags(mappings, settled)] == [2, 5, 0]
+    assert source.asked[-1] == [("t", 0), ("t", 1)]
+
+    clock[0] += 5
+    settled[("t", 1)] = 20  # caught up: nothing is asked at all
+    calls = len(source.asked)
+    assert [x.records for x in reader.lags(mappings, {**settled, ("t", 0): 12})] == [0, 0, 0]
+    assert len(source.asked) == calls
+
+    clock[0] += LagReader.FULL_GROUP_READ_S  # a full read does not take the tasks' word
+    group.offsets[("t", 2)] = 3  # (reset behind the job's back)
+    assert [x.records for x in reader.lags(mappings, settled)] == [2, 5, 2]

@@ -76,3 +76,50 @@ def test_the_pre_flight_read_seeds_the_floors_and_never_lowers_them():
         a.close()
     finally:
         server.close()
+
+
+def test_the_driver_takes_settled_partitions_only_from_tasks_it_hears_from(monkeypatch):
+    from replicator.engine import task_control
+
+    clock = [100.0]
+    monkeypatch.setattr(task_control.time, "monotonic", lambda: clock[0])
+    server = ControlServer()
+    try:
+        a = DriverLink(f"127.0.0.1:{server.port}", batch=1, shard=0)
+        b = DriverLink(f"127.0.0.1:{server.port}", batch=1, shard=1)
+        assert a.report(None, {"t|0": 10, "t|1": 7})
+        assert b.report({"records": 1}, {"u|0": 3})
+        assert server.settled() == {("t", 0): 10, ("t", 1): 7, ("u", 0): 3}
+        a.report(None, {"t|1": -1, "t|0": 12})  # t|1 got records, t|0 settled further on
+        assert server.settled() == {("t", 0): 12, ("u", 0): 3}
+        clock[0] += task_control.SETTLED_FRESH_S - 1
+        a._last = 0.0
+        a.stop_requested()  # a running task exchanges every half second
+        clock[0] += 2  # b has been silent longer than SETTLED_FRESH_S (ended, hung, retrying)
+        assert server.settled() == {("t", 0): 12}
+        b.report(None, {"u|1": 4})  # heard from again: only what it says anew counts
+        assert server.settled() == {("t", 0): 12, ("u", 1): 4}
+        c = DriverLink(f"127.0.0.1:{server.port}", batch=2, shard=0)  # the next batch's task
+        c.report(None, {"t|0": -1})  # a claim of the previous task, withdrawn by the new owner: ignored
+        assert server.settled() == {("t", 0): 12, ("u", 1): 4}
+        c.report(None, {"t|0": 15})
+        c.report(None, {"t|0": -1})
+        assert server.settled() == {("u", 1): 4}
+        c.report(None, {"t|0": 16})
+        c.close()  # the task ended: until the next one says so, nothing reads its partitions
+        wait_until_true(lambda: server.settled() == {("u", 1): 4})
+        server.new_query()  # a restarted query: nothing is taken from the failed one's tasks
+        assert server.settled() == {}
+        for link in (a, b):
+            link.close()
+    finally:
+        server.close()
+
+
+def wait_until_true(check, timeout: float = 5.0) -> None:
+    import time as real_time
+
+    deadline = real_time.perf_counter() + timeout
+    while not check():
+        assert real_time.perf_counter() < deadline, "not within the timeout"
+        real_time.sleep(0.01)
