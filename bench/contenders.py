@@ -112,11 +112,8 @@ class MirrorMaker(Contender):
             "tasks.max": str(self.tasks),
             "refresh.topics.interval.seconds": "5",
             "refresh.groups.enabled": "false",
-            # The same topic config sync as ours, at our default interval (MM2's is 10 minutes): the
-            # idle-cost comparison at 5,000 partitions otherwise charged only us for describing
-            # every topic's configs on both clusters once a minute.
+            # Topic config sync on, as ours, both at their default interval (10 minutes).
             "sync.topic.configs.enabled": "true",
-            "sync.topic.configs.interval.seconds": "60",
             "sync.topic.acls.enabled": "false",
             "emit.heartbeats.enabled": "false",
             "emit.checkpoints.enabled": "false",
