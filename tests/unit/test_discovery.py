@@ -1,0 +1,42 @@
+"""Topic discovery while the job runs: the source's selection every refresh, the target's full
+metadata only when that selection changed, or once TARGET_RECHECK_S has passed (at 5,000 partitions
+reading both clusters every refresh was a third of an idle driver's CPU, BENCHMARKS.md)."""
+
+from __future__ import annotations
+
+from replicator.config import ReplicatorConfig
+from replicator.engine import job
+from replicator.engine.job import TARGET_RECHECK_S, Replicator
+from replicator.topics.sync import TopicMapping
+
+
+def test_the_target_is_read_again_only_when_the_selection_changed_or_a_while_passed(monkeypatch):
+    clock = [1000.0]
+    monkeypatch.setattr(job.time, "monotonic", lambda: clock[0])
+    selection = {"a": 2}
+    ensured: list[dict] = []
+    ended: list[int] = []
+
+    def ensure(cfg, source, target, topics):
+        ensured.append(dict(topics))
+        return [TopicMapping(t, t, n) for t, n in topics.items()]
+
+    monkeypatch.setattr(job.topic_sync, "selection", lambda cfg, source: (dict(selection), {}))
+    monkeypatch.setattr(job.topic_sync, "ensure_target_topics", ensure)
+    monkeypatch.setattr(job, "ensure_index_topic", lambda cfg, target, topics: None)
+    r = object.__new__(Replicator)
+    r.cfg, r.observers, r.mappings = ReplicatorConfig(topics="a|b"), [], []
+    r._target_checked = ({}, -TARGET_RECHECK_S)
+    r.stats = type("Stats", (), {"end_running_batches": lambda self: ended.append(1)})()
+
+    r._discover(None, None)
+    assert ensured == [{"a": 2}] and r.mappings == [TopicMapping("a", "a", 2)] and len(ended) == 1
+    clock[0] += 10
+    r._discover(None, None)  # nothing changed at the source: the target is not asked
+    assert len(ensured) == 1
+    selection["a"] = 3  # grown at the source
+    r._discover(None, None)
+    assert ensured[-1] == {"a": 3} and r.mappings == [TopicMapping("a", "a", 3)] and len(ended) == 2
+    clock[0] += TARGET_RECHECK_S  # a target topic deleted behind the job's back is created again
+    r._discover(None, None)
+    assert len(ensured) == 3 and len(ended) == 2  # same mappings: the running batch goes on
