@@ -59,13 +59,13 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         # How long the broker holds a fetch that has nothing to return: arriving data (or a source
         # commit moving the last stable offset) answers it at once, so the wait sets only how often
         # idle partitions are fetched again (CPU on both sides, per partition: librdkafka has no
-        # incremental fetch sessions, KIP-227). At 5,000 idle partitions each shard's fetching
-        # thread used 1.4 % of a core at librdkafka's 500 ms, 0.32 % at 2 s, 0.20 % at 5 s
-        # (BENCHMARKS.md, 2026-11-26 evening and night). What it costs: partitions that join while a
-        # fetch is in flight (new ones, after a task's start or retry) wait for its answer, up to
-        # 5 s when nothing arrives on the partitions it asked for; the same partitions assigned
-        # again (the next batch, a retry) do not, as an arrival on them answers it.
-        "fetch.wait.max.ms": 5000,
+        # incremental fetch sessions, KIP-227). 2 s instead of librdkafka's 500 ms: a job idle at
+        # 5,000 partitions used 3.2-5.7 % of a core (median 5.6) instead of 6.7-7.4 (BENCHMARKS.md,
+        # 2026-11-26 evening). What it costs: partitions assigned while a fetch is in flight (a
+        # task's start, a retry) wait for its answer, up to 2 s when nothing arrives on the others.
+        # Not longer: at 5 s a task's end-of-partition events (which move its position over the
+        # markers at the end) came after 5 s tasks had ended (BENCHMARKS.md, 2026-11-26 night).
+        "fetch.wait.max.ms": 2000,
         # Prefetch sized to what a shard needs to keep its producer busy (issue 13). The records of a
         # fetch response share its buffer, which lives until the last of them is copied, and the 100 B
         # catch-up prefetched up to queued.min.messages (default 100,000) per partition: with 16/4 MiB
