@@ -150,7 +150,7 @@ def crash_traces() -> None:
 @click.option("--batch-duration-seconds", type=str,
               help="How long a shard task copies before the next micro-batch re-plans (default 300).")
 @click.option("--commit-interval-ms", type=str,
-              help="Commit a transaction this long after it began once the source is drained (default 10).")
+              help="Commit a transaction this long after it began once the source is drained (default 2).")
 @click.option("--max-records-per-transaction", type=str, help="Bound of one target transaction.")
 @click.option("--on-data-loss", help="fail (default) or skip when retention overtook replication.")
 @click.option("--guarantee", help="exactly-once (default) or at-least-once.")

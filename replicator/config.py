@@ -69,7 +69,11 @@ class ReplicatorConfig:
     master: str = ""
     guarantee: str = "exactly-once"
     batch_duration_seconds: float = 300.0
-    commit_interval_ms: int = 10
+    # How long a transaction stays open after its first record once the source is drained (longer
+    # under load, see shard_copy): about one transaction per arrival of records, as MirrorMaker 2
+    # commits one per poll. 10 ms kept p50 at 21-23 ms against 12-14 ms, for 0-15 % less CPU
+    # (BENCHMARKS.md, 2026-11-27).
+    commit_interval_ms: int = 2
     max_records_per_transaction: int = 200_000
     # What a backlog may stretch a transaction to. Its records are invisible until it commits, so
     # this is also the lag a reader sees while the copy keeps up at its ceiling: at 10 s, a steady

@@ -12,8 +12,9 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    is known to have committed is refused and asked again, see `_read_resume_points`);
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
-   (or longer when commits would take capacity the shard's load needs, see _HEADROOM) after they
-   began once the source has nothing more queued (latency); grown up to
+   (2 ms by default, so about one transaction per arrival of records; or longer when commits would
+   take capacity the shard's load needs, see _HEADROOM) after they began once the source has
+   nothing more queued (latency); grown up to
    `max_records_per_transaction` and `max_transaction_seconds` while the shard is more than a
    second behind (throughput, see _BACKLOG_S);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
@@ -320,14 +321,6 @@ class ShardCopier:
                 log.warning("transaction failed (%s); restarting from the target's offsets (failing for %.0f s)",
                             err.str(), now - failing_since, extra={"shard": self.shard})
                 self.stats.producer_recreations += 1
-                self._states = {}
-                self._report(force=True)  # the driver stops taking this attempt's partitions as settled
-                # The next task learns this task's commits from the driver (floors): a commit in
-                # doubt is settled first, by one more attempt (its init_transactions() ends the
-                # transaction at the coordinator, then _resume_points reads the outcome).
-                if should_stop() and self._in_doubt is None:
-                    return
-                time.sleep(min(0.1 * 2 ** min(attempts, 6), 5.0))
             finally:
                 # Resumed before unassign: a partition assigned again while still paused stalls ~1 s
                 # after resume() in librdkafka 2.16 (measured: every third micro-batch). Only what
@@ -340,6 +333,13 @@ class ShardCopier:
                 self._clear_txn()
                 self._states = {}  # the next attempt's partitions are settled once it sees their ends again
                 del producer
+            self._report(force=True)  # before backing off: the driver stops taking them as settled
+            # The next task learns this task's commits from the driver (floors): a commit in doubt is
+            # settled first, by one more attempt (its init_transactions() ends the transaction at the
+            # coordinator, then _resume_points reads the outcome).
+            if should_stop() and self._in_doubt is None:
+                return
+            time.sleep(min(0.1 * 2 ** min(attempts, 6), 5.0))
 
     def _clear_txn(self) -> None:
         self._txn_started, self._txn_records, self._txn_begun, self._txn_busy = None, 0, False, 0.0

@@ -58,7 +58,7 @@ class ControlServer:
                 try:
                     for line in self.rfile:
                         msg = json.loads(line)
-                        owner = (int(msg.get("batch", -1)), int(msg.get("shard", -1)))
+                        owner = _owner(msg)
                         reply = server._exchange(msg)
                         self.wfile.write(json.dumps(reply).encode() + b"\n")
                         self.wfile.flush()
@@ -75,8 +75,8 @@ class ControlServer:
         return self._server.server_address[1]
 
     def _exchange(self, msg: dict) -> dict:
-        batch = int(msg.get("batch", -1))
-        owner = (batch, int(msg.get("shard", -1)))
+        owner = _owner(msg)
+        batch = owner[0]
         with self._lock:
             self._highest_batch = max(self._highest_batch, batch)
             stop = self._stopping or batch <= self._ended_before
@@ -162,6 +162,11 @@ class ControlServer:
     def close(self) -> None:
         self._server.shutdown()
         self._server.server_close()
+
+
+def _owner(msg: dict) -> tuple[int, int]:
+    """The (batch, shard) of the task that sent `msg`."""
+    return int(msg.get("batch", -1)), int(msg.get("shard", -1))
 
 
 class DriverLink:
