@@ -490,6 +490,13 @@ class Auditor:
         for p in report.partitions:
             tp = by_tp[(p.target_topic, p.partition)]
             p.lso, p.hw = lso[tp], hw[tp]
+        # Read before the coordinators and again after them: a transaction the job began between two
+        # reads is open on its partition but was not in the coordinator's answer yet, and one that
+        # ended meanwhile was open on the partition while its coordinator had moved on. A transaction
+        # open at both partition reads with the same start offset spans the coordinator read, which
+        # must then have listed it (a partition joins its transaction at the coordinator before its
+        # first record is appended); only such a one is judged (see `hanging_on_partitions`).
+        before = _open_on_partitions(target, tps)
         listings = [t for rows in target.admin.list_transactions().values() for t in rows
                     if transactional_ids.parse(self.cfg.name, t.transactional_id) is not None]
         described = target.admin.describe_transactions([t.transactional_id for t in listings]) if listings else {}
@@ -508,17 +515,9 @@ class Auditor:
                 report.hanging_transactions.append({**row, "reason": "older than its transaction timeout"})
         # A partition holding an open transaction its coordinator no longer knows about is hanging:
         # nothing will ever write its marker, and read_committed readers stop at it forever.
-        for tp, state in (target.admin.describe_producers(tps).items() if tps else []):
-            for prod in state.active_producers:
-                if prod.current_transaction_start_offset < 0:
-                    continue
-                owner = active.get(prod.producer_id)
-                if owner is None or (tp.topic, tp.partition) not in owner[1]:
-                    report.hanging_transactions.append({
-                        "partition": f"{tp.topic}[{tp.partition}]", "producer_id": prod.producer_id,
-                        "producer_epoch": prod.producer_epoch,
-                        "start_offset": prod.current_transaction_start_offset,
-                        "reason": "open on the partition, unknown to its transaction coordinator"})
+        after = _open_on_partitions(target, tps)
+        report.hanging_transactions += hanging_on_partitions(
+            before, after, {pid: parts for pid, (_, parts) in active.items()})
 
     def _judge(self, report: Report) -> None:
         v = report.violations
@@ -537,6 +536,34 @@ class Auditor:
         if report.lost_acked:
             v.append(f"{report.lost_acked} values acknowledged to the source producer are not on the target")
 
+
+
+def _open_on_partitions(target: _Side, tps: list) -> dict[tuple[str, int, int], tuple[int, int]]:
+    """(topic, partition, producer id) -> (producer epoch, start offset) of every transaction open on
+    the partitions, as their leaders see it (KIP-664 DescribeProducers)."""
+    if not tps:
+        return {}
+    return {(tp.topic, tp.partition, prod.producer_id): (prod.producer_epoch, prod.current_transaction_start_offset)
+            for tp, state in target.admin.describe_producers(tps).items() for prod in state.active_producers
+            if prod.current_transaction_start_offset >= 0}
+
+
+def hanging_on_partitions(before: dict[tuple[str, int, int], tuple[int, int]],
+                          after: dict[tuple[str, int, int], tuple[int, int]],
+                          coordinators: dict[int, set[tuple[str, int]]]) -> list[dict]:
+    """Transactions open on a partition at both reads (`before` and `after` the coordinators were
+    asked) with the same start offset, whose coordinator did not list that partition in an open
+    transaction of that producer (`coordinators`: producer id -> partitions)."""
+    hanging = []
+    for (topic, partition, pid), (epoch, start) in sorted(after.items()):
+        if before.get((topic, partition, pid), (None, None))[1] != start:
+            continue  # began (or began again) while the coordinators were read: not judged this time
+        if (topic, partition) in coordinators.get(pid, set()):
+            continue
+        hanging.append({"partition": f"{topic}[{partition}]", "producer_id": pid, "producer_epoch": epoch,
+                        "start_offset": start,
+                        "reason": "open on the partition, unknown to its transaction coordinator"})
+    return hanging
 
 
 def _summary(report: Report) -> str:
