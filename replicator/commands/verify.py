@@ -501,7 +501,7 @@ class Auditor:
                     if transactional_ids.parse(self.cfg.name, t.transactional_id) is not None]
         described = target.admin.describe_transactions([t.transactional_id for t in listings]) if listings else {}
         now_ms = time.time() * 1000
-        active: dict[int, tuple[str, set]] = {}
+        active: dict[int, set[tuple[str, int]]] = {}  # producer id -> partitions of its open transaction
         for txn_id, d in sorted(described.items()):
             if d.state.value not in _OPEN_STATES:
                 continue
@@ -510,14 +510,13 @@ class Auditor:
                    "age_ms": int(now_ms - d.transaction_start_time_ms), "timeout_ms": d.transaction_timeout_ms,
                    "partitions": parts}
             report.open_transactions.append(row)
-            active[d.producer_id] = (txn_id, {(tp.topic, tp.partition) for tp in d.topic_partitions})
+            active[d.producer_id] = {(tp.topic, tp.partition) for tp in d.topic_partitions}
             if d.transaction_start_time_ms > 0 and row["age_ms"] > d.transaction_timeout_ms + 60_000:
                 report.hanging_transactions.append({**row, "reason": "older than its transaction timeout"})
         # A partition holding an open transaction its coordinator no longer knows about is hanging:
         # nothing will ever write its marker, and read_committed readers stop at it forever.
         after = _open_on_partitions(target, tps)
-        report.hanging_transactions += hanging_on_partitions(
-            before, after, {pid: parts for pid, (_, parts) in active.items()})
+        report.hanging_transactions += hanging_on_partitions(before, after, active)
 
     def _judge(self, report: Report) -> None:
         v = report.violations
