@@ -19,8 +19,8 @@ from replicator.access import permissions
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import transient
 from replicator.config import ReplicatorConfig
+from replicator.engine import heap, transactional_ids
 from replicator.engine import spark_session as session
-from replicator.engine import transactional_ids
 from replicator.engine.spark_session import spark_session
 from replicator.engine.task_control import ControlServer
 from replicator.groups import promotion
@@ -395,6 +395,7 @@ class Replicator:
                          self.stats.records, rate, lag, len(lags), self.stats.batches,
                          extra={"records_total": self.stats.records, "lag_records": lag})
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
+                heap.settle()  # once per process: by the first lookup the lasting heap is built
         if lag_reader is not None:
             lag_reader.close()
         error = self.query.exception()
