@@ -99,7 +99,10 @@ def _describe(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]
     return {r.name: {k: e.value for k, e in f.result().items() if e.value is not None} for r, f in futures.items()}
 
 
-def _await(target: AdminClient, name: str, timeout: float = 60.0) -> None:
+# A broker applies topic creations in order: with thousands of partitions created just before
+# (a first start at 5,000 partitions), this one became visible only after the broker had created
+# all of their logs, which took more than a minute on a slow disk (BENCHMARKS.md).
+def _await(target: AdminClient, name: str, timeout: float = 300.0) -> None:
     import time
 
     deadline = time.monotonic() + timeout

@@ -280,7 +280,9 @@ def _partitions(target: AdminClient, topic: str) -> int:
     return len(md.partitions) if md is not None and md.error is None else 0
 
 
-def _await_metadata(target: AdminClient, wanted: dict[str, int], timeout: float = 60.0) -> None:
+# Generous: a broker makes a creation visible only after the logs of those before it exist, a
+# minute and more for thousands of partitions on a slow disk (see index_topic._await).
+def _await_metadata(target: AdminClient, wanted: dict[str, int], timeout: float = 300.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         topics = target.list_topics(timeout=30).topics
