@@ -23,7 +23,7 @@ def test_settle_freezes_the_heap_once_and_makes_full_collections_rarer(fresh_col
     assert frozen >= len(kept)
     assert gc.get_threshold() == (young, middle, heap.FULL_COLLECTION_EVERY)
 
-    later = [[i] for i in range(1000)]  # a later task's objects are collected as usual
+    later = [[i] for i in range(1000)]  # what comes later is collected as usual
     heap.settle()
     assert gc.get_freeze_count() == frozen
     assert later
