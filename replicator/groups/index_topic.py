@@ -11,6 +11,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 from replicator.access import permissions
 from replicator.config import ReplicatorConfig
 from replicator.groups.index import INDEX_PARTITIONS, index_topic
+from replicator.topics.sync import VISIBLE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
 _TOPIC_ALREADY_EXISTS = 36
@@ -99,10 +100,7 @@ def _describe(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]
     return {r.name: {k: e.value for k, e in f.result().items() if e.value is not None} for r, f in futures.items()}
 
 
-# A broker applies topic creations in order: with thousands of partitions created just before
-# (a first start at 5,000 partitions), this one became visible only after the broker had created
-# all of their logs, which took more than a minute on a slow disk (BENCHMARKS.md).
-def _await(target: AdminClient, name: str, timeout: float = 300.0) -> None:
+def _await(target: AdminClient, name: str, timeout: float = VISIBLE_TIMEOUT_S) -> None:
     import time
 
     deadline = time.monotonic() + timeout

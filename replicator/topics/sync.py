@@ -39,6 +39,10 @@ from replicator.replication_policy import policy_for
 from replicator.topics.filter import TopicFilter
 
 log = logging.getLogger("replicator.topic_sync")  # the log's public name, kept when the module moved
+# How long a created topic may take to become visible. A broker applies creations in order and
+# shows one only after the logs of those before it exist: at a first start with 5,000 partitions,
+# the translation index topic (created last) came 61 s after creation on a slow disk (BENCHMARKS.md).
+VISIBLE_TIMEOUT_S = 300.0
 
 # Per-cluster operational settings that must not travel with a topic (full-match regexes).
 CONFIG_EXCLUDES = (
@@ -280,9 +284,7 @@ def _partitions(target: AdminClient, topic: str) -> int:
     return len(md.partitions) if md is not None and md.error is None else 0
 
 
-# Generous: a broker makes a creation visible only after the logs of those before it exist, a
-# minute and more for thousands of partitions on a slow disk (see index_topic._await).
-def _await_metadata(target: AdminClient, wanted: dict[str, int], timeout: float = 300.0) -> None:
+def _await_metadata(target: AdminClient, wanted: dict[str, int], timeout: float = VISIBLE_TIMEOUT_S) -> None:
     deadline = time.monotonic() + timeout
     while True:
         topics = target.list_topics(timeout=30).topics
