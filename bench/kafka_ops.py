@@ -84,7 +84,10 @@ def delete_topics(bootstrap: str, tag: str) -> None:
             fut.result(timeout=60)
 
 
-def arrived(consumer, wait: float, most: int = 10_000) -> list:
+READ_MOST = 10_000  # records one read of `arrived` returns at most
+
+
+def arrived(consumer, wait: float, most: int = READ_MOST) -> list:
     """Records already fetched, waiting up to `wait` s for the first one. consume(n, timeout) would
     wait for n records or the timeout: at any steady rate that held every record up to the timeout
     before a watcher timed it (25 ms on average at 50 ms)."""

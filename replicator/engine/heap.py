@@ -7,9 +7,8 @@ driver's garbage collector"). What is there by then does not become garbage, so 
 the collector's view once (`gc.freeze()`), and full collections, which then walk only what came
 later, are made rarer.
 
-Not in the shard tasks' Python workers: freezing there removed their full collections (10 in
-37 s at 50-100k records/s of 100 B, up to ~300 ms each) but cost 35-50 % more CPU per steady-state
-step, for a reason not found yet (same section).
+A shard task's Python worker has the opposite problem: a short-lived heap that CPython's defaults
+promote. See `spare_batches`.
 """
 
 from __future__ import annotations
@@ -33,3 +32,28 @@ def settle() -> None:
     gc.freeze()
     young, middle, _ = gc.get_threshold()
     gc.set_threshold(young, middle, FULL_COLLECTION_EVERY)
+
+
+# How many batches' worth of net new tracked objects start a young collection in a shard worker.
+YOUNG_BATCHES = 5
+
+
+def spare_batches(batch: int) -> None:
+    """Keeps a loop's batches of `batch` records out of the collector (a process-wide setting; it
+    is only ever raised).
+
+    CPython starts a young collection after 700 net new tracked objects, and promotes whatever is
+    alive then. Every consumed record is a tracked `Message`, and a read of 10,000 builds its whole
+    batch before anything of it can be freed: it ran ~14 young collections inside each read, so
+    each batch was promoted, and a middle collection inside a read moved thousands of records a
+    second into the old generation (7,900 `Message`s of 7,900 objects in the middle generation at
+    its collection). That started a full collection of the worker's whole heap every 0.4-1.4 s,
+    up to ~300 ms each with the loop stopped (BENCHMARKS.md, "the shard workers' garbage
+    collector"). With the threshold above a few batches, a batch is freed by reference counting
+    (which takes its objects back off the count) before a collection sees it, and collections run
+    only for objects that really accumulate: garbage cycles are still collected, after more of
+    them."""
+    young, middle, full = gc.get_threshold()
+    want = batch * YOUNG_BATCHES
+    if young < want:
+        gc.set_threshold(want, middle, full)

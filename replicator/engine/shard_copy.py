@@ -43,7 +43,7 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import Outcome, classify, transient
 from replicator.config import ReplicatorConfig
-from replicator.engine import commit_outcome, transactional_ids
+from replicator.engine import commit_outcome, heap, transactional_ids
 from replicator.engine.bounded_call import BoundedCaller
 from replicator.engine.stall_watch import StallWatch
 from replicator.groups import index
@@ -197,6 +197,7 @@ class ShardCopier:
         self.provenance = self._provenance(key) if cfg.provenance_header else None
         self.index_partitions = self._index_partitions(key) if cfg.translation_index and cfg.exactly_once else 0
         self.stats = CopyStats()
+        heap.spare_batches(_CONSUME_BATCH)
         self._bounded = BoundedCaller(f"shard-{shard}")  # the transaction calls librdkafka may not end
         self._link: DriverLink | None = None
         self._reported = time.monotonic()

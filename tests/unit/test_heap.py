@@ -43,3 +43,39 @@ def test_settle_frees_garbage_cycles_instead_of_freezing_them(fresh_collector):
         assert gone() is None
     finally:
         gc.enable()
+
+
+def _collections_while_reading(batches: int, batch: int) -> list[int]:
+    """The generations collected while a loop reads `batches` batches of `batch` tracked objects
+    (a read builds its whole batch before the previous one is dropped, as the copy loop does)."""
+    seen: list[int] = []
+
+    def count(phase: str, info: dict) -> None:
+        if phase == "start":
+            seen.append(info["generation"])
+
+    gc.collect()
+    gc.callbacks.append(count)
+    try:
+        msgs: list = []
+        for _ in range(batches):
+            msgs = [[i] for i in range(batch)]  # the next read, while the last batch is still held
+        del msgs
+    finally:
+        gc.callbacks.remove(count)
+    return seen
+
+
+def test_spare_batches_lets_read_batches_die_without_a_collection(fresh_collector):
+    gc.set_threshold(700, 10, 10)  # CPython's defaults (a copier made earlier in this process raised them)
+    assert len(_collections_while_reading(50, 10_000)) > 100  # CPython's defaults: ~14 per batch
+
+    heap.spare_batches(10_000)
+    assert gc.get_threshold()[0] == 10_000 * heap.YOUNG_BATCHES
+    assert _collections_while_reading(50, 10_000) == []
+
+
+def test_spare_batches_never_lowers_a_higher_threshold(fresh_collector):
+    gc.set_threshold(1_000_000, 10, 10)
+    heap.spare_batches(10_000)
+    assert gc.get_threshold() == (1_000_000, 10, 10)
