@@ -42,7 +42,7 @@ class Watcher(threading.Thread):
 
     def run(self) -> None:
         # The watcher's reads promoted their records into this process's old generation, and the
-        # full collections that followed (up to ~340 ms at 100k records/s of 100 B) stopped it
+        # full collections that followed (up to ~460 ms at 100k records/s of 100 B) stopped it
         # while records arrived: their latency was the bench's own, for every contender alike.
         heap.spare_batches(kafka_ops.READ_MOST)
         while not kafka_ops.topic_exists(self.bootstrap, self.topic):

@@ -1,5 +1,6 @@
-"""The garbage collector in the driver, a long-running process with a large, lasting heap.
+"""CPython's garbage collector, set for what each of our processes holds.
 
+The driver is a long-running process with a large, lasting heap.
 Once the query runs, the driver holds Spark's, py4j's and the Kafka clients' modules, the topic
 mappings and the per-partition lag state: ~106,000 objects at 8 partitions, ~155,000 at 5,000.
 Every full collection walked all of it again (~130 ms at 5,000 partitions; BENCHMARKS.md, "The
