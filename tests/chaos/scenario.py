@@ -157,6 +157,21 @@ class ChaosRun:
         except Exception:  # noqa: BLE001 - the target may be down by design right now
             return -1
 
+    def _reader_state(self, reader: ConcurrentReader, target_ends: dict[int, int]) -> str:
+        """What tells a stuck reader from a stuck partition: its positions against the ends it waits
+        for, and the target's last stable offset against its high watermark now (LSO < HW: a
+        transaction is still open there)."""
+        lso, hw = {}, {}
+        with contextlib.suppress(Exception):
+            lso = end_offsets(self.sandbox.target.bootstrap, self.topic, self.partitions)
+        with contextlib.suppress(Exception):
+            hw = end_offsets(self.sandbox.target.bootstrap, self.topic, self.partitions, committed=False)
+        return (f"reader alive: {reader.is_alive()}, records: {reader.records}, errors: {reader.errors[-5:]}\n"
+                f"reader positions: {sorted(reader.positions.items())}\n"
+                f"target ends it waits for: {sorted(target_ends.items())}\n"
+                f"target last stable offsets now: {sorted(lso.items())}\n"
+                f"target high watermarks now: {sorted(hw.items())}")
+
     def _await_progress(self, since: int, proc: ReplicatorProcess, what: str) -> None:
         # A killed run's last transaction can complete after the kill and move the group by itself:
         # the new run must also be up before the next fault.
@@ -329,7 +344,10 @@ class ChaosRun:
                                      f"{sorted(now.items())}") from None
             assert proc.sigterm(timeout=180) == 0
             target_ends = end_offsets(box.target.bootstrap, self.topic, self.partitions)
-            wait_until(lambda: reader.caught_up_to(target_ends), 300, "the concurrent reader to catch up")
+            try:
+                wait_until(lambda: reader.caught_up_to(target_ends), 300, "the concurrent reader to catch up")
+            except AssertionError as e:
+                raise AssertionError(f"{e}\n{self._reader_state(reader, target_ends)}") from None
         finally:
             if proc.running():
                 proc.sigkill()
