@@ -54,8 +54,12 @@ lint: $(STAMP)
 unit: $(STAMP) | .pytest-tmp
 	$(call pytest,unit) -q tests/unit
 
+# Two pytest workers, each with its own clusters (tests/conftest.py): a serial run left this 2-core box
+# idle more than half the time, waiting on brokers, timeouts and restarts. A file stays on one worker.
+TEST_WORKERS ?= 2
 test: $(STAMP) jars debs lint deploytools | .pytest-tmp
-	$(call pytest,test) -q --durations=30 -m "not chaos and not image and not versions and not soak" tests
+	$(call pytest,test) -q --durations=30 -n $(TEST_WORKERS) --dist loadfile \
+	  -m "not chaos and not image and not versions and not soak" tests
 
 # The image built from a clean clone and run as Kubernetes would (tests/integration/test_container_image.py).
 # Its own target because a cold build takes minutes (CI runs it after `make test`, see .ci/run).

@@ -8,6 +8,19 @@ import uuid
 import pytest
 
 from replicator.sandbox import Sandbox
+from replicator.sandbox.cluster import _port_shift, default_root
+
+# Each pytest-xdist worker gets its own clusters: ports this far above the previous worker's (above
+# every offset a test adds to the session's shift, up to +127 today) and a directory of its own.
+WORKER_PORT_STRIDE = 200
+
+
+def pytest_configure(config):
+    worker = getattr(config, "workerinput", {}).get("workerid", "gw0")
+    index = int(worker.removeprefix("gw"))
+    if index:
+        os.environ["REPLICATOR_SANDBOX_DIR"] = f"{default_root()}-{worker}"
+        os.environ["REPLICATOR_SANDBOX_PORT_SHIFT"] = str(_port_shift() + WORKER_PORT_STRIDE * index)
 
 
 @pytest.fixture(scope="session")
