@@ -23,6 +23,18 @@ def pytest_configure(config):
         os.environ["REPLICATOR_SANDBOX_PORT_SHIFT"] = str(_port_shift() + WORKER_PORT_STRIDE * index)
 
 
+# The longest files first (minutes each in a two-worker run), so that no worker starts one of them
+# while the other is nearly done: `make test` passes --no-loadscope-reorder, which keeps this order.
+LONGEST_FIRST = ("test_chaos", "test_engine", "test_security", "test_observability", "test_scale_out",
+                 "test_verify", "test_secure_cli", "test_group_sync_kill", "test_topics", "test_failover",
+                 "test_class_archive", "test_translation_exact", "test_switchover")
+
+
+def pytest_collection_modifyitems(config, items):
+    rank = {name: i for i, name in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.stem, len(rank)))  # stable: the rest keep their order
+
+
 @pytest.fixture(scope="session")
 def sandbox():
     """Fresh source and target clusters; stopped (by PID) when the session ends.
