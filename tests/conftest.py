@@ -56,8 +56,6 @@ def secure_sandbox(tmp_path_factory):
     certificates (mTLS), the target for SCRAM-SHA-512 over TLS, so one replication covers both modes.
     Both deny what no ACL allows; `admin` is a super user, `reader`/`writer`/`other` have no rights.
     Ports: the session's shift + 70 (the transaction.version-0 pair uses + 50)."""
-    from replicator.sandbox.cluster import _port_shift
-
     box = Sandbox(root=tmp_path_factory.mktemp("secure"), port_shift=_port_shift() + 70, secure=("mtls", "scram"))
     box.up(fresh=True)
     yield box
