@@ -5,7 +5,7 @@ from __future__ import annotations
 from confluent_kafka import Consumer, TopicPartition
 
 from replicator.groups.index import INDEX_PARTITIONS, IndexEntry, index_topic, parse_key
-from tests.kafka_helpers import read_all, record_view
+from tests.kafka_helpers import commit_member_less, read_all, record_view
 
 
 def read_index(bootstrap: str, job_name: str, isolation: str = "read_committed"
@@ -52,8 +52,8 @@ def commit_offsets(bootstrap: str, group: str, topic: str, offsets: dict[int, in
     """Commits a group's offsets as a stopped application would have (member-less)."""
     c = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        c.commit(offsets=[TopicPartition(topic, p, o, metadata=metadata) if metadata else TopicPartition(topic, p, o)
-                          for p, o in offsets.items()], asynchronous=False)
+        commit_member_less(c, [TopicPartition(topic, p, o, metadata=metadata) if metadata
+                               else TopicPartition(topic, p, o) for p, o in offsets.items()])
     finally:
         c.close()
 

@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import time
 
-from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, Producer, TopicPartition
+from confluent_kafka import OFFSET_BEGINNING, Consumer, IsolationLevel, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+
+from replicator.clients.client_errors import transient
 
 
 def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | None = None) -> None:
@@ -13,6 +15,21 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | 
     # -1: the broker's default.replication.factor (1 on one broker, 3 on a multi-broker sandbox).
     fut = admin.create_topics([NewTopic(name, partitions, -1, config=config or {})])[name]
     fut.result(timeout=30)
+
+
+def commit_member_less(consumer: Consumer, offsets: list[TopicPartition], timeout: float = 60.0) -> None:
+    """Commits as an application does: again while the coordinator says it is busy. A group's first
+    commit on a cluster that just started, or on a busy box, meets COORDINATOR_LOAD_IN_PROGRESS while
+    the broker loads __consumer_offsets; an application retries that, and so do the tests."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            consumer.commit(offsets=offsets, asynchronous=False)
+            return
+        except KafkaException as e:
+            if not transient(e.args[0]) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def read_all(bootstrap: str, topic: str, partitions: int, timeout: float = 30.0,

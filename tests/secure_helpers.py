@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
 )
 
 from replicator.access.acls import Acl
+from tests.kafka_helpers import commit_member_less
 
 
 def props(box, cluster: str, principal: str = "admin") -> dict:
@@ -106,7 +107,7 @@ def commit_group(box, cluster: str, group: str, topic: str, offsets: dict[int, i
     """Commits `offsets` for `group` as an application consumer would (as admin)."""
     consumer = Consumer({**props(box, cluster), "group.id": group, "enable.auto.commit": False})
     try:
-        consumer.commit(offsets=[TopicPartition(topic, p, o) for p, o in offsets.items()], asynchronous=False)
+        commit_member_less(consumer, [TopicPartition(topic, p, o) for p, o in offsets.items()])
     finally:
         consumer.close()
 

@@ -16,6 +16,7 @@ from confluent_kafka.admin import AdminClient
 
 from tests.kafka_helpers import (
     assert_identical,
+    commit_member_less,
     create_topic,
     end_offsets,
     fake_group_offsets,
@@ -153,7 +154,7 @@ def test_offsets_group_written_by_someone_else_is_refused(sandbox, unique):
     create_topic(sandbox.target.bootstrap, topic)
     produce_transactional(sandbox.source.bootstrap, topic, records(10), f"p-{unique}")
     other = Consumer({"bootstrap.servers": sandbox.target.bootstrap, "group.id": group})
-    other.commit(offsets=[TopicPartition(topic, 0, 5000)], asynchronous=False)
+    commit_member_less(other, [TopicPartition(topic, 0, 5000)])
     other.close()
 
     proc = run_cli(*run_args(sandbox, topic, name))

@@ -22,7 +22,7 @@ from replicator.sandbox.jars import classpath
 from replicator.topics import sync as topic_sync
 from tests.engine_checks import sample_records
 from tests.index_helpers import commit_offsets, next_record_view
-from tests.kafka_helpers import create_topic, end_offsets, produce_transactional
+from tests.kafka_helpers import commit_member_less, create_topic, end_offsets, produce_transactional
 
 PARTITIONS = 2
 JAVA = Path(__file__).resolve().parents[1] / "java"
@@ -116,7 +116,7 @@ def test_group_sync_rules(sandbox, unique, replicated, monkeypatch):
         member.commit_and_leave()  # it consumed on the target: the group is the application's now
         assert by_group[g_taken].state == "synced"
         taker = Consumer({"bootstrap.servers": dst, "group.id": g_taken, "enable.auto.commit": False})
-        taker.commit(offsets=[TopicPartition(topic, 0, 5)], asynchronous=False)
+        commit_member_less(taker, [TopicPartition(topic, 0, 5)])
         taker.close()
 
         # The source group reset backwards: followed. Groups used on the target: taken over.

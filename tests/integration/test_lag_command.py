@@ -11,7 +11,7 @@ import pytest
 from confluent_kafka import Consumer, TopicPartition
 from confluent_kafka.admin import AdminClient
 
-from tests.kafka_helpers import create_topic, produce_transactional
+from tests.kafka_helpers import commit_member_less, create_topic, produce_transactional
 from tests.replicator_process import BIN
 
 
@@ -24,7 +24,7 @@ def commit_group(bootstrap: str, group: str, offsets: dict[tuple[str, int], int]
     """Writes the fake group as the job would (offsets only; the metadata does not matter here)."""
     consumer = Consumer({"bootstrap.servers": bootstrap, "group.id": group, "enable.auto.commit": False})
     try:
-        consumer.commit(offsets=[TopicPartition(t, p, o) for (t, p), o in offsets.items()], asynchronous=False)
+        commit_member_less(consumer, [TopicPartition(t, p, o) for (t, p), o in offsets.items()])
     finally:
         consumer.close()
 
