@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 
 from bench import kafka_ops
 from bench.contenders import ConsumerPerf, Contender, Job, parse_consumer_perf
@@ -25,6 +25,7 @@ class CatchUp:
     measured_records: int = 0
     peak_rss_mb: float = 0.0
     peak_pss_mb: float = 0.0
+    peak_rss_by_role: dict = field(default_factory=dict)  # proctree.Tree.peak_by_role
     error: str = ""
 
     def to_dict(self) -> dict:
@@ -74,6 +75,7 @@ def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp
         tree.stop()
         result.peak_rss_mb = tree.peak_rss / 2**20
         result.peak_pss_mb = tree.peak_pss / 2**20
+        result.peak_rss_by_role = tree.peak_by_role
 
 
 def _measure_reader(contender: Contender, job: Job, result: CatchUp, timeout: float) -> CatchUp:
@@ -90,6 +92,7 @@ def _measure_reader(contender: Contender, job: Job, result: CatchUp, timeout: fl
     parsed = parse_consumer_perf(tree.log.read_text(errors="replace"))
     result.peak_rss_mb = tree.peak_rss / 2**20
     result.peak_pss_mb = tree.peak_pss / 2**20
+    result.peak_rss_by_role = tree.peak_by_role
     if tree.proc.returncode != 0 or parsed is None:
         result.error = f"exited {tree.proc.returncode}: {tree.tail(8)}"
         return result

@@ -28,6 +28,31 @@ def _pss(pid: int) -> int:
     return 0
 
 
+def role(p: psutil.Process) -> str:
+    """What a member of a tree is, by its command line: where the memory of a peak sits."""
+    try:
+        cmd = p.cmdline()
+    except psutil.Error:
+        return "gone"
+    text = " ".join(cmd)
+    if cmd and Path(cmd[0]).name == "java":
+        return "jvm"
+    if "pyspark.daemon" in text:
+        # Spark's fork server and the workers it forks share one command line.
+        with contextlib.suppress(psutil.Error):
+            parent = p.parent()
+            if parent is not None and "pyspark.daemon" in " ".join(parent.cmdline()):
+                return "python worker (forked by a daemon)"
+        return "pyspark daemon"
+    if "python_streaming_source_runner" in text:
+        return "python streaming source runner"
+    if "pyspark.worker" in text or "pyspark.sql.worker" in text:
+        return "python worker"
+    if len(cmd) > 2 and Path(cmd[1]).name == "replicator":
+        return "replicator driver"
+    return Path(cmd[0]).name if cmd else "?"
+
+
 class Tree:
     """One started command and all its descendants (Spark JVM, Python workers, ...)."""
 
@@ -44,6 +69,8 @@ class Tree:
         # counts every page once. The RSS sum counts pages a forking parent shares with its children
         # (Spark's Python daemon and its workers) once per process; a single JVM has no such pages.
         self.peak_pss = 0
+        # MiB and count of processes per role at the sample with the highest RSS sum.
+        self.peak_by_role: dict[str, dict] = {}
         self._pss_at = 0.0
         self._dead_cpu: dict[int, float] = {}
 
@@ -59,12 +86,28 @@ class Tree:
         A descendant that exited keeps the CPU of its last sample (children_* times are not used:
         they would count a reaped child twice); only work between two samples can be missed."""
         rss = 0
+        by_pid: dict[int, int] = {}
         for p in self.members():
             with contextlib.suppress(psutil.Error):
                 t = p.cpu_times()
                 self._dead_cpu[p.pid] = t.user + t.system
-                rss += p.memory_info().rss
-        self.peak_rss = max(self.peak_rss, rss)
+                by_pid[p.pid] = p.memory_info().rss
+                rss += by_pid[p.pid]
+        if rss > self.peak_rss:
+            self.peak_rss = rss
+            # Read now, not when first seen: a forked process shows its parent's command line until
+            # it execs (the JVM's launcher script, Spark's Python workers).
+            breakdown: dict[str, dict] = {}
+            for pid, n in by_pid.items():
+                try:
+                    what = role(psutil.Process(pid))
+                except psutil.Error:
+                    what = "gone"
+                row = breakdown.setdefault(what, {"mib": 0.0, "processes": 0, "each": []})
+                row["mib"] = round(row["mib"] + n / 2**20, 1)
+                row["processes"] += 1
+                row["each"] = sorted([*row["each"], round(n / 2**20)], reverse=True)
+            self.peak_by_role = breakdown
         now = time.monotonic()
         if now - self._pss_at >= PSS_INTERVAL_S:  # reading smaps costs more than status: once a second
             self._pss_at = now

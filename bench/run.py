@@ -145,6 +145,10 @@ def main(argv: list[str] | None = None) -> int:
                                   if r.ok else f"FAILED: {r.error}")
                         print(f"run {run} {size:5d} B {c.key:16} {status}  load {os.getloadavg()[0]:.2f}",
                               flush=True)
+                        if r.peak_rss_by_role:
+                            print("    at the RSS peak: " + ", ".join(
+                                f"{k} {v['mib']:.0f} MiB {v['each']}" for k, v in r.peak_rss_by_role.items()),
+                                flush=True)
         if not args.no_steady:
             step = args.steady_step_s or (10.0 if args.quick else 15.0)
             fractions = tuple(float(f) for f in args.steady_fractions.split(","))

@@ -34,13 +34,15 @@ PROGRESS_INTERVAL_S = 5.0
 # A lookup that waits longer (a topic deleted between the selection and the lookup: the client
 # retries its unknown partitions) only delays the progress line; the next one asks again.
 LAG_LOOKUP_TIMEOUT_S = 10.0
-# Spark gives each Python worker it spawns on its own (not through the worker daemon) 10 s to
-# connect back, hard-coded in PythonWorkerFactory.createSimpleWorker (Spark 4.x, no setting). The
-# streaming source's runner is such a worker, started with every query: on a crowded machine its
-# interpreter can take longer to start, and the query fails before it planned anything. Seen in the
-# soak and the multi-broker chaos runs at load average ~30 on 2 cores (RELIABILITY.md). The job
-# then starts a new query in the same process instead of exiting: all state that matters is in the
-# target (records and fake group, committed together), so this is a restart as after a crash.
+# Spark gives each Python worker it spawns on its own (not through a fork-server daemon, which the job
+# does not use: spark_session) 10 s to connect back, hard-coded in
+# PythonWorkerFactory.createSimpleWorker (Spark 4.x, no setting). On a crowded machine an
+# interpreter can take longer to start. A shard task whose worker missed it fails and Spark runs the
+# task again (spark.task.maxFailures). The streaming source's runner, started with every query, fails
+# the query before it planned anything. Seen in the soak and the multi-broker chaos runs at load
+# average ~30 on 2 cores (RELIABILITY.md). The job then starts a new query in the same process instead
+# of exiting: all state that matters is in the target (records and fake group, committed together),
+# so this is a restart as after a crash.
 TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)
 # Each restart waits longer (5 s doubling up to 60 s): at load average 45-75 on 2 cores, six
 # back-to-back starts within 100 s all missed the timeout, so retrying at once only added load.

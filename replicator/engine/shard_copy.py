@@ -166,10 +166,10 @@ class _PartitionState:
         return self.r.end is not None and offset >= self.r.end
 
 
-# Cached per Python worker: consumers keep warm connections between tasks. Producers are NOT cached:
-# a task takes a Python worker from Spark's idle pool, so a shard rarely comes back to the worker
-# that last initialised its transactional.id, and a stale producer is fenced anyway; a fresh one
-# costs ~18 ms once per task.
+# Cached per Python process: callers of `copy()` (tests, the bench's bare loop) build many copiers in
+# one process and keep warm connections. A Spark task has a process of its own (spark_session), so
+# there they live for one task. Producers are NOT cached: each copier's `init_transactions()` fences
+# the id's earlier holder anyway; a fresh producer costs ~18 ms.
 _consumers: dict[str, Consumer] = {}
 _group_readers: dict[str, Consumer] = {}
 _cluster_ids: dict[str, str] = {}

@@ -100,7 +100,13 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path):
                .config("spark.sql.shuffle.partitions", "1")
                .config("spark.local.dir", str(scratch / "spark-local"))
                .config("spark.sql.streaming.noDataMicroBatches.enabled", "false")
-               .config("spark.python.worker.reuse", "true")
+               # A Python process per task, gone when the task ends. Spark's defaults keep a fork-server
+               # daemon per kind of worker (4: data source lookup, creation, read planning, tasks)
+               # for the whole run, and every finished worker a minute in an idle pool: 300 of the
+               # tree's 1,250 MiB at a catch-up's peak (BENCHMARKS.md). A shard task runs for minutes,
+               # so starting its interpreter afresh costs well under 1 % of it; reuse bought nothing.
+               .config("spark.python.worker.reuse", "false")
+               .config("spark.python.use.daemon", "false")
                .config("spark.task.maxFailures", "4")
                .config("spark.speculation", "false")
                # The job config travels as this data source option; plans and progress dumps show "***".
