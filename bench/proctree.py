@@ -29,11 +29,9 @@ def _pss(pid: int) -> int:
 
 
 def role(p: psutil.Process) -> str:
-    """What a member of a tree is, by its command line: where the memory of a peak sits."""
-    try:
-        cmd = p.cmdline()
-    except psutil.Error:
-        return "gone"
+    """What a member of a tree is, by its command line: where the memory of a peak sits (raises
+    psutil.Error for a process that is gone)."""
+    cmd = p.cmdline()
     text = " ".join(cmd)
     if cmd and Path(cmd[0]).name == "java":
         return "jvm"
@@ -67,7 +65,8 @@ class Tree:
         self.peak_rss = 0
         # Proportional set size: a page shared by N processes counts 1/N to each, so the tree's sum
         # counts every page once. The RSS sum counts pages a forking parent shares with its children
-        # (Spark's Python daemon and its workers) once per process; a single JVM has no such pages.
+        # once per process (Spark's Python fork server and its workers, which the job ran until
+        # 2026-11-27); a single JVM has no such pages.
         self.peak_pss = 0
         # MiB and count of processes per role at the sample with the highest RSS sum.
         self.peak_by_role: dict[str, dict] = {}
@@ -102,7 +101,7 @@ class Tree:
                 try:
                     what = role(psutil.Process(pid))
                 except psutil.Error:
-                    what = "gone"
+                    continue  # exited since the sample: its RSS is in the sum, it has no role any more
                 row = breakdown.setdefault(what, {"mib": 0.0, "processes": 0, "each": []})
                 row["mib"] = round(row["mib"] + n / 2**20, 1)
                 row["processes"] += 1
