@@ -96,17 +96,16 @@ class Tree:
             self.peak_rss = rss
             # Read now, not when first seen: a forked process shows its parent's command line until
             # it execs (the JVM's launcher script, Spark's Python workers).
-            breakdown: dict[str, dict] = {}
+            by_role: dict[str, list[int]] = {}
             for pid, n in by_pid.items():
                 try:
                     what = role(psutil.Process(pid))
                 except psutil.Error:
                     continue  # exited since the sample: its RSS is in the sum, it has no role any more
-                row = breakdown.setdefault(what, {"mib": 0.0, "processes": 0, "each": []})
-                row["mib"] = round(row["mib"] + n / 2**20, 1)
-                row["processes"] += 1
-                row["each"] = sorted([*row["each"], round(n / 2**20)], reverse=True)
-            self.peak_by_role = breakdown
+                by_role.setdefault(what, []).append(n)
+            self.peak_by_role = {what: {"mib": round(sum(ns) / 2**20, 1), "processes": len(ns),
+                                        "each": sorted((round(n / 2**20) for n in ns), reverse=True)}
+                                 for what, ns in by_role.items()}
         now = time.monotonic()
         if now - self._pss_at >= PSS_INTERVAL_S:  # reading smaps costs more than status: once a second
             self._pss_at = now
