@@ -68,6 +68,7 @@ MULTI_BROKER_FAULT_KINDS = ("target-leader-kill", "target-txn-coordinator-kill",
 # Past the brokers' 9 s session timeout: the controller fences the isolated node and moves its
 # leaderships while it still believes it leads and clients still reach it.
 ISOLATE_S = 20
+READER_STALL_S = 60.0  # the job is stopped and the target idle by then: a reader this still is frozen
 NETWORK_FAULT_KINDS = ("target-partition-short", "target-partition-long", "source-partition-long")
 PARTITION_S = {"short": TRANSACTION_TIMEOUT_MS / 1000 / 2, "long": TRANSACTION_TIMEOUT_MS / 1000 + 9}
 SLOW_NETWORK_FAULT_KINDS = ("target-slow-network", "target-slow-restart")
@@ -113,6 +114,7 @@ class ChaosResult:
     reader_records: int = 0
     reader_out_of_order: list[str] = field(default_factory=list)
     reader_errors: list[str] = field(default_factory=list)
+    reader_restarts: int = 0  # new consumers after a frozen one (ConcurrentReader)
     vp_values_seen: int = 0
     vp_acked: int = 0
     trickle_committed: int = 0
@@ -168,9 +170,23 @@ class ChaosRun:
             hw = end_offsets(self.sandbox.target.bootstrap, self.topic, self.partitions, committed=False)
         return (f"reader alive: {reader.is_alive()}, records: {reader.records}, errors: {reader.errors[-5:]}\n"
                 f"reader positions: {sorted(reader.positions.items())}\n"
+                f"its librdkafka partitions: {sorted(reader.fetch_states.items())}\n"
                 f"target ends it waits for: {sorted(target_ends.items())}\n"
                 f"target last stable offsets now: {sorted(lso.items())}\n"
                 f"target high watermarks now: {sorted(hw.items())}")
+
+    def _reader_caught_up(self, reader: ConcurrentReader, target_ends: dict[int, int]) -> bool:
+        """Once the faults are over and the job stopped, a reader frozen below the target's ends is
+        restarted at its positions (`ConcurrentReader`: a librdkafka stall). If the new consumer
+        moves, the target was readable all along; if it freezes as well, the wait fails."""
+        if reader.caught_up_to(target_ends):
+            return True
+        if time.monotonic() - reader.moved_at > READER_STALL_S and reader.restarts < 2:
+            self._note(f"reader frozen for {READER_STALL_S:.0f}s: {self._reader_state(reader, target_ends)}")
+            self._note("reader: a new consumer resumes at its positions")
+            reader.moved_at = time.monotonic()
+            reader.restart()
+        return False
 
     def _await_progress(self, since: int, proc: ReplicatorProcess, what: str) -> None:
         # A killed run's last transaction can complete after the kill and move the group by itself:
@@ -345,7 +361,8 @@ class ChaosRun:
             assert proc.sigterm(timeout=180) == 0
             target_ends = end_offsets(box.target.bootstrap, self.topic, self.partitions)
             try:
-                wait_until(lambda: reader.caught_up_to(target_ends), 300, "the concurrent reader to catch up")
+                wait_until(lambda: self._reader_caught_up(reader, target_ends), 300,
+                           "the concurrent reader to catch up")
             except AssertionError as e:
                 raise AssertionError(f"{e}\n{self._reader_state(reader, target_ends)}") from None
         finally:
@@ -371,6 +388,7 @@ class ChaosRun:
         result.reader_records = reader.records
         result.reader_out_of_order = reader.out_of_order
         result.reader_errors = reader.errors
+        result.reader_restarts = reader.restarts
         result.vp_values_seen = sum(n for s, n in reader.seen.items() if s.startswith("vp-"))
         result.trickle_committed, result.trickle_uncertain = trickle.committed, len(trickle.uncertain)
         result.trickle_seen = reader.seen["trickle"]
