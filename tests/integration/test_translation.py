@@ -85,7 +85,10 @@ def test_index_entries_are_visible_exactly_when_their_data_is(sandbox, unique):
         assert lso == hw
     # The aborted entries stay invisible; the committed ones map every source record exactly.
     entries = assert_index_exact(sandbox.source.bootstrap, sandbox.target.bootstrap, name, topic, topic, 2)
-    assert entries >= transactions
+    # Each of the three copies commits an entry per partition it copied records of. A commit that only
+    # stepped over aborted records or markers has no records to map and writes no entry, so how many
+    # transactions there are depends on how the fetches fell (7 transactions with 6 entries, once).
+    assert entries >= 3 * len(ranges)
     uncommitted = read_index(sandbox.target.bootstrap, name, isolation="read_uncommitted")
     assert sum(map(len, uncommitted.values())) > entries
 
