@@ -55,17 +55,22 @@ class ConcurrentReader(threading.Thread):
                              for p, v in parts.items() if int(p) >= 0}
 
     def restart(self) -> None:
-        """A new consumer at the current positions, made on the reader's own thread."""
+        """A new consumer at the current positions, made on the reader's own thread; the stall clock
+        starts again for it."""
+        self.moved_at = time.monotonic()
         self._restart.set()
 
+    def _assign(self) -> None:
+        self.consumer.assign([TopicPartition(self.topic, p, self.positions.get(p, 0))
+                              for p in range(self.partitions)])
+
     def run(self) -> None:
-        self.consumer.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
+        self._assign()
         while not self.stop.is_set():
             if self._restart.is_set():
                 self.consumer.close()
                 self.consumer = self._consumer()
-                self.consumer.assign([TopicPartition(self.topic, p, self.positions.get(p, 0))
-                                      for p in range(self.partitions)])
+                self._assign()
                 self.restarts += 1
                 self._restart.clear()
             for m in self.consumer.consume(2000, 0.5):

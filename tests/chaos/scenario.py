@@ -184,7 +184,6 @@ class ChaosRun:
         if time.monotonic() - reader.moved_at > READER_STALL_S and reader.restarts < 2:
             self._note(f"reader frozen for {READER_STALL_S:.0f}s: {self._reader_state(reader, target_ends)}")
             self._note("reader: a new consumer resumes at its positions")
-            reader.moved_at = time.monotonic()
             reader.restart()
         return False
 
