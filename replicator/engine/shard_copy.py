@@ -25,7 +25,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
 Any Kafka error in the transaction drops the producer and starts again at step 1: whatever happened
 before (commit or not), the re-read offsets tell the truth, once they are at least as new as the
 commits this run knows of. A commit call that failed may still have committed: the target's data
-says whether it did before the offsets are read (`commit_outcome`).
+says whether it did before the offsets are read (`commit_outcome`). A source consumer that stops
+fetching without an error (librdkafka #5153) is replaced at the copy positions (`fetch_watch`).
 
 `copy()` runs the same loop up to given end offsets and returns (tests, the bench's bare loop).
 """
@@ -34,6 +35,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -43,8 +45,9 @@ from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, Topi
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import Outcome, classify, transient
 from replicator.config import ReplicatorConfig
-from replicator.engine import commit_outcome, heap, transactional_ids
+from replicator.engine import commit_outcome, fetch_watch, heap, transactional_ids
 from replicator.engine.bounded_call import BoundedCaller
+from replicator.engine.fetch_watch import FetchWatch
 from replicator.engine.stall_watch import StallWatch
 from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed, read_committed
@@ -108,6 +111,7 @@ class CopyStats:
     data_loss_events: int = 0
     refreshed: int = 0  # idle partitions whose unchanged offsets were re-committed
     source_rewinds: int = 0  # the source consumer went back below the copy position (records dropped)
+    source_consumer_restarts: int = 0  # the source consumer stopped fetching and was replaced (fetch_watch)
     transaction_seconds: list[float] = field(default_factory=list)
     latency_seconds: list[float] = field(default_factory=list)
     # "topic|partition" -> [records, bytes, next source offset, commit unix time]
@@ -118,7 +122,7 @@ class CopyStats:
 
     def empty(self) -> bool:
         return not (self.transactions or self.aborted or self.fenced or self.producer_recreations
-                    or self.data_loss_events or self.source_rewinds)
+                    or self.data_loss_events or self.source_rewinds or self.source_consumer_restarts)
 
 
 class DriverLink(Protocol):
@@ -199,6 +203,7 @@ class ShardCopier:
         self.stats = CopyStats()
         heap.spare_batches(_CONSUME_BATCH)
         self._bounded = BoundedCaller(f"shard-{shard}")  # the transaction calls librdkafka may not end
+        self._fetches = FetchWatch(time.monotonic(), fetch_watch.WINDOW_S)  # a source consumer gone quiet
         self._link: DriverLink | None = None
         self._reported = time.monotonic()
         # The open transaction: when its first change was made, its records, whether Kafka's began.
@@ -364,6 +369,7 @@ class ShardCopier:
             return
         tps = [TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()]
         self.consumer.assign(tps)
+        self._fetches.restart(_positions(states), time.monotonic())
         injected = False
         while not should_stop() and not all(s.done for s in states.values()):
             msgs = self._fetch(self._wait())
@@ -374,6 +380,8 @@ class ShardCopier:
                 # waited for the next record (or the task's end, minutes later) and the driver's
                 # metrics and progress line stood still behind the target meanwhile.
                 self._report()
+            if self._fetches.due(time.monotonic()):
+                self._check_fetching(states)
             # A full batch means the source has more queued: grow the transaction (catch-up
             # throughput) up to its record and time bounds instead of committing at the interval.
             if not self._due(backlog=len(msgs) >= _CONSUME_BATCH and self._behind(states)):
@@ -384,9 +392,45 @@ class ShardCopier:
             self._commit(producer, states)
             if self.fault == "fail-after-commit" and not injected:
                 raise InjectedFault("test fault: failing after the first committed transaction")
+            if self.fault == "stall-fetch" and not injected:
+                # librdkafka #5153, simulated: the consumer stops fetching without a word.
+                self.consumer.pause(self.consumer.assignment())
             injected = injected or bool(self.fault)
         if self._txn_started is not None:
             self._commit(producer, states)
+
+    def _check_fetching(self, states: dict) -> None:
+        """Replaces the source consumer when it stopped fetching partitions the source has committed
+        records in (see fetch_watch)."""
+        positions, window = _positions(states), self._fetches.window_s
+        unmoved = self._fetches.unmoved(positions, time.monotonic())
+        behind = fetch_watch.stalled({k: positions[k] for k in unmoved}, self._source_ends(unmoved)) if unmoved else []
+        self._fetches.judged(bool(behind))
+        if not behind:
+            return
+        self.stats.source_consumer_restarts += 1
+        shown = ", ".join(f"{t}[{p}]" for t, p in behind[:5]) + (f" and {len(behind) - 5} more"
+                                                                  if len(behind) > 5 else "")
+        log.warning("the source consumer fetched nothing of %d partition(s) for %.0f s although the source has "
+                    "committed records past their positions (%s): replacing it (librdkafka #5153)", len(behind),
+                    window, shown,
+                    extra={"shard": self.shard, "event": "source_consumer_stalled", "partitions": len(behind)})
+        old = self.consumer
+        self.consumer = _consumers[self._key] = kafka_clients.source_consumer(self.cfg)
+        self._paused = []  # paused on the old consumer; the new one is given only unfinished partitions
+        self.consumer.assign([TopicPartition(t, p, st.next) for (t, p), st in states.items() if not st.done])
+        self._fetches.restart(_positions(states), time.monotonic())
+        # Closing waits on the old client's broker threads: not something the copy loop waits for.
+        threading.Thread(target=old.close, daemon=True, name=f"close-consumer-{self.shard}").start()
+
+    def _source_ends(self, keys: list) -> dict:
+        """The source's last stable offsets (latest offsets, asked read_committed) of `keys`; {} when
+        the source does not answer (the consumer reports that itself)."""
+        try:
+            answer = self.consumer.offsets_for_times([TopicPartition(t, p, -1) for t, p in keys], timeout=10)
+        except KafkaException:
+            return {}
+        return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None}
 
     def _wait(self) -> float:
         if self._txn_started is None:
@@ -841,6 +885,11 @@ def _why_fatal(err: KafkaError) -> str:
     if err.code() in (KafkaError.MSG_SIZE_TOO_LARGE, KafkaError.RECORD_LIST_TOO_LARGE):
         return "the target refused a record as too large"
     return "retrying cannot help"
+
+
+def _positions(states: dict) -> dict:
+    """The copy position of every unfinished partition that has one."""
+    return {k: st.next for k, st in states.items() if not st.done and st.next >= 0}
 
 
 def _last_index_per_partition(msgs: list, states: dict) -> set[int]:

@@ -37,7 +37,7 @@ _RECORDS_BUCKETS = (0, 1, 10, 100, 1_000, 10_000, 100_000, 1_000_000, 10_000_000
 # Writer stats that deserve a warning when non-zero, by metric name.
 _EVENTS = {"transactions_aborted": "aborted", "producer_fenced": "fenced",
            "producer_recreations": "producer_recreations", "data_loss_events": "data_loss_events",
-           "source_rewinds": "source_rewinds"}
+           "source_rewinds": "source_rewinds", "source_consumer_restarts": "source_consumer_restarts"}
 # `*_created` series double the exposition for nothing a dashboard or alert here uses.
 disable_created_metrics()
 
@@ -89,6 +89,10 @@ class ReplicatorMetrics:
         self.source_rewinds = Counter("replicator_source_rewinds_total",
                                       "Times the source consumer went back below a partition's copy position "
                                       "(the records it re-read were dropped, not copied twice).", registry=r)
+        self.source_consumer_restarts = Counter(
+            "replicator_source_consumer_restarts_total",
+            "Source consumers replaced because they stopped fetching partitions the source had records in "
+            "(librdkafka #5153).", registry=r)
         self.topics_deleted = Counter("replicator_source_topics_deleted_total",
                                       "Selected source topics that were deleted (their target topics are kept).",
                                       ("topic",), registry=r)
@@ -187,6 +191,7 @@ class MetricsObserver:
         m.recreations.inc(stats.get("producer_recreations", 0))
         m.data_loss.inc(stats.get("data_loss_events", 0))
         m.source_rewinds.inc(stats.get("source_rewinds", 0))
+        m.source_consumer_restarts.inc(stats.get("source_consumer_restarts", 0))
         if stats.get("batches"):  # a micro-batch ended: its leftovers; the rest arrived live
             m.batches.inc(stats["batches"])
             m.batch_records.observe(stats.get("batch_records", 0))
