@@ -58,6 +58,9 @@ from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets, s
 from tests.replicator_process import ReplicatorProcess, wait_until
 
 TRANSACTION_TIMEOUT_MS = 6_000
+# Short batches put many task starts and ends under fault; REPLICATOR_CHAOS_BATCH_SECONDS=300 (the
+# default of `batch_duration_seconds`) keeps each shard task running through several faults instead.
+BATCH_SECONDS = os.environ.get("REPLICATOR_CHAOS_BATCH_SECONDS", "10")
 PAUSE_S = TRANSACTION_TIMEOUT_MS / 1000 + 3
 FAULT_KINDS = ("kill", "term", "pause", "zombie", "source-kill", "source-bounce", "target-kill", "target-bounce",
                "target-pause")
@@ -150,7 +153,7 @@ class ChaosRun:
                                  "--shards", str(self.shards), target=self.wan,
                                  env={"TMPDIR": str(self.tmp), "REPLICATOR_TRANSACTION_TIMEOUT_MS":
                                       str(TRANSACTION_TIMEOUT_MS), "REPLICATOR_MAX_TRANSACTION_SECONDS": "2",
-                                      "REPLICATOR_BATCH_DURATION_SECONDS": "10"})
+                                      "REPLICATOR_BATCH_DURATION_SECONDS": BATCH_SECONDS})
         return proc.start()
 
     def _committed(self) -> int:
