@@ -372,6 +372,10 @@ class ShardCopier:
         self._fetches.restart(_positions(states), time.monotonic())
         injected = False
         while not should_stop() and not all(s.done for s in states.values()):
+            # Between transactions only: asking the source can take its whole timeout while a leader
+            # is away, which would hold an open transaction (and its records' latency) that long.
+            if self._fetches.due(time.monotonic()) and self._txn_started is None:
+                self._check_fetching(states)
             msgs = self._fetch(self._wait())
             if msgs:
                 self._produce_batch(producer, msgs, states)
@@ -380,8 +384,6 @@ class ShardCopier:
                 # waited for the next record (or the task's end, minutes later) and the driver's
                 # metrics and progress line stood still behind the target meanwhile.
                 self._report()
-            if self._fetches.due(time.monotonic()):
-                self._check_fetching(states)
             # A full batch means the source has more queued: grow the transaction (catch-up
             # throughput) up to its record and time bounds instead of committing at the interval.
             if not self._due(backlog=len(msgs) >= _CONSUME_BATCH and self._behind(states)):
