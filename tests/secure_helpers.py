@@ -20,6 +20,7 @@ from confluent_kafka.admin import (
 )
 
 from replicator.access.acls import Acl
+from replicator.clients.client_errors import transient
 from tests.kafka_helpers import commit_member_less
 
 
@@ -57,7 +58,7 @@ def committed_records(box, cluster: str, topic: str, partitions: int) -> int:
         return 0
     total = 0
     for p in range(partitions):
-        low, high = consumer.get_watermark_offsets(TopicPartition(topic, p), timeout=30)
+        low, high = _watermarks(consumer, TopicPartition(topic, p))
         if high > low:
             consumer.assign([TopicPartition(topic, p, low)])
             while True:
@@ -67,6 +68,19 @@ def committed_records(box, cluster: str, topic: str, partitions: int) -> int:
                     break
     consumer.close()
     return total
+
+
+def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
+    """Retried as an application would: a topic the job has just created answers NOT_LEADER until its
+    leadership reaches the broker asked (a clean-clone run failed on it, 2026-11-28)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            return consumer.get_watermark_offsets(tp, timeout=timeout)
+        except KafkaException as e:
+            if not transient(e.args[0]) or time.monotonic() >= deadline:
+                raise
+            time.sleep(0.5)
 
 
 def keys_by_partition(box, cluster: str, topic: str, partitions: int) -> dict[int, list[tuple[int, bytes]]]:
