@@ -5,7 +5,7 @@ from __future__ import annotations
 import time
 from dataclasses import asdict, dataclass, field
 
-from bench import kafka_ops
+from bench import boxcpu, kafka_ops
 from bench.contenders import ConsumerPerf, Contender, Job, parse_consumer_perf
 
 POLL_S = 0.1
@@ -26,6 +26,10 @@ class CatchUp:
     peak_rss_mb: float = 0.0
     peak_pss_mb: float = 0.0
     peak_rss_by_role: dict = field(default_factory=dict)  # proctree.Tree.peak_by_role
+    # The rest of the box over the same window (bench/boxcpu.py): what caps the ratio between contenders.
+    brokers_cpu_s_per_gb: float = 0.0
+    box_idle_share: float = 0.0
+    box_steal_share: float = 0.0
     error: str = ""
 
     def to_dict(self) -> dict:
@@ -41,6 +45,7 @@ def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp
     launched = time.monotonic()
     tree = contender.launch(job)
     first = None  # (time, visible, cpu)
+    box0 = None
     try:
         while True:
             now = time.monotonic()
@@ -49,6 +54,7 @@ def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp
             # first transaction counts in full; end: the last record visible to read_committed.
             if first is None and ends.total(committed=False) > 0:
                 first = (now, 0, cpu)
+                box0 = boxcpu.sample(job.broker_pids)
             visible = ends.total()
             if visible >= job.records:
                 break
@@ -70,6 +76,9 @@ def measure(contender: Contender, job: Job, run: int, timeout: float) -> CatchUp
         result.records_per_s = n / (now - t0)
         result.mb_per_s = result.records_per_s * job.size / 1e6
         result.cpu_s_per_gb = (cpu - cpu0) / (n * job.size / 1e9)
+        box = boxcpu.between(box0, boxcpu.sample(job.broker_pids), n * job.size / 1e9)
+        result.brokers_cpu_s_per_gb = box.brokers_cpu_s_per_gb
+        result.box_idle_share, result.box_steal_share = box.idle_share, box.steal_share
         return result
     finally:
         tree.stop()

@@ -33,6 +33,7 @@ class Job:
     logdir: Path
     extra_args: tuple[str, ...] = field(default=())
     topics_regex: str = ""  # what the copiers replicate; default: exactly `topic`
+    broker_pids: tuple[int, ...] = ()  # the sandbox brokers' JVMs, for their CPU (bench/boxcpu.py)
 
     @property
     def replica(self) -> str:

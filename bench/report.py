@@ -8,6 +8,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
+from bench import boxcpu
 from bench.contenders import all_contenders
 
 LABELS = {c.key: c.label for c in all_contenders(2)}
@@ -127,12 +128,40 @@ def tables(doc: dict) -> list[str]:
                        f"{_fmt(med('first_visible_s'), '.1f')} | {_fmt(vs_mm2)} | {_fmt(vs_txn)} | {_fmt(vs_par)} | "
                        f"{'' if k not in INDEX_OFF else _fmt(index, '.3f')} | {len(ok)}/{len(all_runs)} |")
         out.append("")
+        out += box_table(rows, size)
         for (on, off), what in zip(INDEX_OFF.items(), ("replicator exactly-once", "bare loop"), strict=True):
             ratio, each = paired_ratio(rows, on, off, size)
             if ratio is not None:
                 out += [f"Translation index cost, {what}: throughput index on / off = {ratio:.3f} (median of "
                         f"paired runs: {', '.join(f'{r:.3f}' for r in each)}).", ""]
     return out
+
+
+def box_table(rows: list[dict], size: int) -> list[str]:
+    """The rest of the box over each contender's measured window (bench/boxcpu.py), and the ratio
+    to MirrorMaker 2 a saturated box would allow at these CPU costs: the cap on "vs MM2 EOS"."""
+    have = [r for r in rows if r["size"] == size and r["ok"] and r.get("brokers_cpu_s_per_gb")]
+    if not have:
+        return []  # results from before these fields
+    out = ["While each copied (medians): the two brokers' CPU per GB copied, and the box's CPU time idle "
+           "or stolen by the hypervisor. On a saturated box (idle near 0) \"vs MM2 EOS\" cannot exceed "
+           "(MM2's CPU s/GB + the brokers' while it copied) / (ours + the brokers' while we copied), the cap "
+           "column.", "",
+           "| contender | brokers CPU s/GB | box idle % | box steal % | cap vs MM2 EOS, saturated box |",
+           "|---|---:|---:|---:|---:|"]
+    def med(f: str, of: list[dict]) -> float | None:
+        return _median(r[f] for r in of)
+    mm2 = [r for r in have if r["contender"] == "mm2-eos"]
+    for k in ORDER:
+        mine = [r for r in have if r["contender"] == k]
+        if not mine:
+            continue
+        cap = (boxcpu.ratio_cap(med("cpu_s_per_gb", mine), med("brokers_cpu_s_per_gb", mine),
+                                med("cpu_s_per_gb", mm2), med("brokers_cpu_s_per_gb", mm2)) if mm2 else None)
+        out.append(f"| {LABELS[k]} | {_fmt(med('brokers_cpu_s_per_gb', mine), '.1f')} | "
+                   f"{_fmt(100 * med('box_idle_share', mine), '.0f')} | "
+                   f"{_fmt(100 * med('box_steal_share', mine), '.1f')} | {_fmt(cap)} |")
+    return [*out, ""]
 
 
 def _size(s: dict) -> int:

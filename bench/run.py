@@ -117,8 +117,9 @@ def main(argv: list[str] | None = None) -> int:
     def job(topic: str, size: int, records: int, **kw) -> Job:
         nonlocal seq
         seq += 1
+        brokers = tuple(p for c in (box.source, box.target) for p in c.pids() if p)
         return Job(box.source.bootstrap, box.target.bootstrap, topic, PARTITIONS, records, size,
-                   f"x{stamp}{seq:03d}", logdir, **kw)
+                   f"x{stamp}{seq:03d}", logdir, broker_pids=brokers, **kw)
 
     def save() -> None:
         RESULTS.write_text(json.dumps(doc, indent=1))
