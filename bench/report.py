@@ -149,15 +149,17 @@ def box_table(rows: list[dict], size: int) -> list[str]:
            "column.", "",
            "| contender | brokers CPU s/GB | box idle % | box steal % | cap vs MM2 EOS, saturated box |",
            "|---|---:|---:|---:|---:|"]
+
     def med(f: str, of: list[dict]) -> float | None:
         return _median(r[f] for r in of)
     mm2 = [r for r in have if r["contender"] == "mm2-eos"]
+    theirs = (med("cpu_s_per_gb", mm2), med("brokers_cpu_s_per_gb", mm2)) if mm2 else None
     for k in ORDER:
         mine = [r for r in have if r["contender"] == k]
         if not mine:
             continue
-        cap = (boxcpu.ratio_cap(med("cpu_s_per_gb", mine), med("brokers_cpu_s_per_gb", mine),
-                                med("cpu_s_per_gb", mm2), med("brokers_cpu_s_per_gb", mm2)) if mm2 else None)
+        cap = (boxcpu.ratio_cap(med("cpu_s_per_gb", mine), med("brokers_cpu_s_per_gb", mine), *theirs)
+               if theirs else None)
         out.append(f"| {LABELS[k]} | {_fmt(med('brokers_cpu_s_per_gb', mine), '.1f')} | "
                    f"{_fmt(100 * med('box_idle_share', mine), '.0f')} | "
                    f"{_fmt(100 * med('box_steal_share', mine), '.1f')} | {_fmt(cap)} |")
