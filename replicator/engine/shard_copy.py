@@ -583,14 +583,17 @@ class ShardCopier:
             msgs = self.provenance.apply(
                 msgs, lambda m: not states[(m.topic(), m.partition())].beyond(m.offset()))
         produce, produced = producer.produce, 0
-        lasts = _last_index_per_partition(msgs, states)
+        keys = [(m.topic(), m.partition()) for m in msgs]
+        lasts = _last_index_per_partition(msgs, keys, states)
+        # Asked once per batch, not per record (a config property: 3 % of a shard worker at 175k rec/s).
+        begin = self.cfg.exactly_once and not self._txn_begun
         for i, m in enumerate(msgs):
             if m.error() is not None:
                 self._on_consume_error(m, states)
                 continue
-            st = states[(m.topic(), m.partition())]
-            offset = m.offset()
-            if st.done or st.beyond(offset):
+            st = states[keys[i]]
+            offset, end = m.offset(), st.r.end
+            if st.done or (end is not None and offset >= end):
                 self._finish(st)
                 continue
             if offset != st.next:
@@ -603,9 +606,9 @@ class ShardCopier:
             # transaction: exact source->target offset pairs at a fraction of one report per record.
             first = st.records == 0
             report = _PairReport(st, offset, first) if first or i in lasts else None
-            if self.cfg.exactly_once and not self._txn_begun:
+            if begin:
                 producer.begin_transaction()
-                self._txn_begun = True
+                self._txn_begun, begin = True, False
             while True:
                 try:
                     produce(st.r.target_topic, value, key, st.r.partition, headers=m.headers(),
@@ -621,7 +624,7 @@ class ShardCopier:
                 st.first_ts = ts
             st.last_ts = ts
             produced += 1
-            if st.beyond(st.next):
+            if end is not None and st.next >= end:
                 self._finish(st)
         producer.poll(0)
         if produced:
@@ -894,21 +897,25 @@ def _positions(states: dict) -> dict:
     return {k: st.next for k, st in states.items() if not st.done and st.next >= 0}
 
 
-def _last_index_per_partition(msgs: list, states: dict) -> set[int]:
-    """Each partition's last record in the batch that is inside its range (the one copied last)."""
-    partitions = sum(not s.done for s in states.values())
-    seen: set[tuple[str, int]] = set()
+def _last_index_per_partition(msgs: list, keys: list, states: dict) -> set[int]:
+    """Each partition's last record in the batch that is inside its range (the one copied last);
+    `keys[i]` is `msgs[i]`'s (topic, partition).
+
+    One pass over the keys, whatever partitions the batch holds: a backward scan that stopped once
+    it had seen every partition of the shard read the whole batch whenever a small steady-state
+    batch lacked one of them (7 % of a shard worker at 175k rec/s of 100 B, py-spy)."""
     lasts: set[int] = set()
-    for i in range(len(msgs) - 1, -1, -1):
-        m = msgs[i]
-        if m.error() is None and (k := (m.topic(), m.partition())) not in seen:
-            st = states.get(k)
-            if st is None or st.beyond(m.offset()):
-                continue  # beyond the plan: not copied
-            seen.add(k)
-            lasts.add(i)
-            if len(seen) == partitions:
+    for k, i in {k: i for i, k in enumerate(keys)}.items():
+        st = states.get(k)
+        if st is None:
+            continue
+        # The batch's last records of a partition may be past its range or errors: step back to
+        # the last one copied. Offsets only grow within a partition, so this stops at the range end.
+        while i >= 0:
+            if keys[i] == k and (m := msgs[i]).error() is None and not st.beyond(m.offset()):
+                lasts.add(i)
                 break
+            i -= 1
     return lasts
 
 

@@ -14,6 +14,7 @@ class Msg:  # what the function reads of a consumed record
     t: str
     p: int
     o: int
+    e: object = None  # what error() returns
 
     def topic(self) -> str:
         return self.t
@@ -25,10 +26,14 @@ class Msg:  # what the function reads of a consumed record
         return self.o
 
     def error(self):
-        return None
+        return self.e
 
 
-def states(**ends: int) -> dict:
+def lasts(msgs: list, states: dict) -> set[int]:
+    return _last_index_per_partition(msgs, [(m.topic(), m.partition()) for m in msgs], states)
+
+
+def states(**ends: int | None) -> dict:
     out = {}
     for key, end in ends.items():
         topic, partition = key.rsplit("_", 1)
@@ -41,10 +46,26 @@ def test_the_pair_comes_from_the_last_record_produced_not_the_last_consumed():
     # The source grew after planning: the batch holds records past the range end (10), which the
     # shard does not produce. The pair must name offset 9, the last one it does produce.
     msgs = [Msg("a", 0, o) for o in range(7, 13)]
-    assert _last_index_per_partition(msgs, states(a_0=10)) == {2}
+    assert lasts(msgs, states(a_0=10)) == {2}
 
 
 def test_one_pair_per_partition_and_none_for_a_partition_entirely_past_its_end():
     msgs = [Msg("a", 0, 4), Msg("a", 1, 8), Msg("a", 0, 5), Msg("a", 1, 9), Msg("a", 0, 6)]
-    assert _last_index_per_partition(msgs, states(a_0=100, a_1=100)) == {3, 4}
-    assert _last_index_per_partition(msgs, states(a_0=100, a_1=8)) == {4}
+    assert lasts(msgs, states(a_0=100, a_1=100)) == {3, 4}
+    assert lasts(msgs, states(a_0=100, a_1=8)) == {4}
+
+
+def test_a_partition_missing_from_the_batch_does_not_hide_the_others_last_record():
+    # Steady state: a small batch holds only some of the shard's partitions.
+    msgs = [Msg("a", 0, 4), Msg("a", 0, 5), Msg("b", 2, 7)]
+    assert lasts(msgs, states(a_0=None, a_1=None, b_2=None, b_3=None)) == {1, 2}
+
+
+def test_the_pair_skips_a_trailing_error_of_the_same_partition():
+    msgs = [Msg("a", 0, 4), Msg("a", 0, 5), Msg("a", 0, 6, e="PARTITION_EOF")]
+    assert lasts(msgs, states(a_0=None)) == {1}
+
+
+def test_a_partition_the_shard_does_not_copy_gets_no_pair():
+    msgs = [Msg("a", 0, 4), Msg("z", 0, 5)]
+    assert lasts(msgs, states(a_0=None)) == {0}
