@@ -14,9 +14,9 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    with key, value, headers and timestamp, in small transactions: committed `commit_interval_ms`
    (2 ms by default, so about one transaction per arrival of records; or longer when commits would
    take capacity the shard's load needs, see _HEADROOM) after they began once the source has
-   nothing more queued (latency); grown up to
-   `max_records_per_transaction` and `max_transaction_seconds` while the shard is more than a
-   second behind (throughput, see _BACKLOG_S);
+   nothing more queued (latency); while records are queued, kept open as long as the shard is
+   behind, up to `max_records_per_transaction` and `max_transaction_seconds` (throughput, see
+   `_backlog_s`);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
    partition it advanced, so data and position commit atomically; and, produced after the data's
    delivery reports and before those offsets, one translation index entry per partition it copied
@@ -71,10 +71,6 @@ _IDLE_WAIT_S = 0.2  # longest wait for a first record; any arriving record ends 
 # 55-60 ms over the source at 30k rec/s, where the loop was idle most of the time (BENCHMARKS.md).
 _HEADROOM = 2.0
 _MAX_LOAD = 0.75
-# A full read alone does not make a backlog: at a steady rate near the ceiling, any pause (a slow
-# commit, a busy broker) queues a full read's worth, and growing the transaction to its time bound
-# then kept the whole stream seconds late. Growing pays only when the shard is this far behind.
-_BACKLOG_S = 1.0
 _REPORT_INTERVAL_S = 1.0
 _SETTLED_INTERVAL_S = 2.0  # how often a task looks for partitions that reached or left the source's end
 _SETTLED_RESEND_S = 30.0  # and says all of them again (the driver forgets a task it did not hear from)
@@ -384,9 +380,9 @@ class ShardCopier:
                 # waited for the next record (or the task's end, minutes later) and the driver's
                 # metrics and progress line stood still behind the target meanwhile.
                 self._report()
-            # A full batch means the source has more queued: grow the transaction (catch-up
-            # throughput) up to its record and time bounds instead of committing at the interval.
-            if not self._due(backlog=len(msgs) >= _CONSUME_BATCH and self._behind(states)):
+            # A full batch means the source has more queued: the transaction may grow (catch-up
+            # throughput) instead of committing at the interval.
+            if not self._due(self._backlog_s(states) if len(msgs) >= _CONSUME_BATCH else 0.0):
                 continue
             if self.fault == "fail-before-commit" and not injected:
                 producer.flush(30)
@@ -439,13 +435,17 @@ class ShardCopier:
             return _IDLE_WAIT_S
         return max(0.0, self._txn_started + self._interval() - time.monotonic())
 
-    def _behind(self, states: dict) -> bool:
-        """More than _BACKLOG_S of this shard's recent copy rate is waiting at the source (the high
-        watermarks of the last fetch responses; no broker round trip)."""
+    def _backlog_s(self, states: dict) -> float:
+        """How many seconds of this shard's recent copy rate wait at the source (the high watermarks
+        of the last fetch responses; no broker round trip); infinite before a rate is measured (a
+        task's start, as in a catch-up)."""
+        if self._rate <= 0:
+            return float("inf")
+        enough = self._rate * self.cfg.max_transaction_seconds  # no transaction grows longer
         waiting = 0
         for st in states.values():
-            if is_backlog(waiting, self._rate):
-                return True  # no need to look at every partition (catch-up of many of them)
+            if waiting >= enough:
+                break  # no need to look at every partition (catch-up of many of them)
             if st.done or st.next < 0:
                 continue
             try:  # a sizing hint only: a partition the client knows nothing of yet counts as caught up
@@ -454,7 +454,7 @@ class ShardCopier:
             except KafkaException:
                 continue
             waiting += max(0, high - st.next)
-        return is_backlog(waiting, self._rate)
+        return waiting / self._rate
 
     def _interval(self) -> float:
         """How long a transaction stays open once the source is drained: `commit_interval_ms`, or
@@ -474,16 +474,23 @@ class ShardCopier:
         self._work_began = time.monotonic()
         return [first, *self.consumer.consume(_CONSUME_BATCH - 1, 0)] if first is not None else []
 
-    def _due(self, backlog: bool) -> bool:
+    def _due(self, backlog_s: float) -> bool:
+        """Whether the open transaction ends now, `backlog_s` seconds of records still waiting at the
+        source (0: none queued beyond what was just read)."""
         if self._txn_started is None:
             return False
         age = time.monotonic() - self._txn_started
         if self._txn_records >= self.cfg.max_records_per_transaction or age >= self.cfg.max_transaction_seconds:
             return True
+        # A transaction as long as the backlog is: near the ceiling, a shard that fell behind a
+        # little commits a little less often and catches up, instead of falling a second behind and
+        # then committing once a second, which kept p50 near 1 s at the top rate steps (BENCHMARKS.md).
+        # The backlog shrinks while the transaction copies it, so the two meet; a pause (a slow
+        # commit, a busy broker) grows one transaction by the pause, not the stream's latency for good.
         # A task's first transaction (and the first after a failure) ends at the interval even in a
         # backlog: it makes a restart visible on the target at once instead of a full transaction
-        # (max_transaction_seconds) later, and it measures the copy rate the stretch needs.
-        return (not backlog or not self._committed) and age >= self._interval()
+        # (max_transaction_seconds) later, and it measures the copy rate the backlog is counted in.
+        return age >= self._interval() and (not self._committed or age >= backlog_s)
 
     def _changed(self, st: _PartitionState) -> None:
         st.dirty = True
@@ -930,12 +937,6 @@ def commit_stretch(commit_cost: float, load: float) -> float:
     """The shortest transaction that leaves the loop `load` (0..1) of its time for producing when each
     commit takes `commit_cost` seconds: producing T out of every T + commit_cost."""
     return commit_cost * load / (1.0 - load)
-
-
-def is_backlog(waiting: int, rate: float) -> bool:
-    """`waiting` records at the source are more than _BACKLOG_S of copying at `rate` records/s (no
-    rate measured yet: a task's start, so a full read is a backlog, as in a catch-up)."""
-    return rate <= 0 or waiting >= rate * _BACKLOG_S
 
 
 def needs_refresh(c: Committed | None, stale_before: float) -> bool:

@@ -4,11 +4,12 @@ backlog bounds."""
 from __future__ import annotations
 
 import time
+from types import SimpleNamespace
 
 import pytest
 
 from replicator.config import ReplicatorConfig
-from replicator.engine.shard_copy import ShardCopier, commit_stretch, is_backlog
+from replicator.engine.shard_copy import ShardCopier, commit_stretch
 
 # A shard copying 100k rec/s at 5 us a record needs half its time for producing: with the headroom,
 # the load is at its bound, and commits are stretched to three commit durations.
@@ -28,24 +29,24 @@ def copier(commit_cost: float = 0.0, age: float | None = None, records: int = 1,
 
 
 def test_nothing_open_is_never_due():
-    assert not copier()._due(backlog=False)
+    assert not copier()._due(0.0)
 
 
 @pytest.mark.parametrize(("age", "due"), [(0.02, False), (0.06, True)])
 def test_a_drained_source_commits_at_the_interval(age, due):
-    assert copier(age=age, commit_interval_ms=50)._due(backlog=False) is due
+    assert copier(age=age, commit_interval_ms=50)._due(0.0) is due
 
 
 @pytest.mark.parametrize(("age", "due"), [(0.06, False), (0.11, False), (0.13, True)])
 def test_a_slow_commit_on_a_busy_shard_stretches_the_interval_to_three_commits(age, due):
-    assert copier(commit_cost=0.04, age=age, **BUSY)._due(backlog=False) is due
+    assert copier(commit_cost=0.04, age=age, **BUSY)._due(0.0) is due
 
 
 def test_a_slow_commit_on_a_lightly_loaded_shard_keeps_the_interval():
     # 5k rec/s at 5 us a record: 2.5 % of the loop's time producing, commits take nothing it needs.
     c = copier(commit_cost=0.04, age=0.06, rate=5_000.0, record_cost=5e-6, commit_interval_ms=50)
     assert c._interval() == pytest.approx(0.05)
-    assert c._due(backlog=False)
+    assert c._due(0.0)
 
 
 def test_the_stretch_grows_with_the_load():
@@ -65,23 +66,35 @@ def test_the_stretch_leaves_the_load_its_share_of_the_loop(load, share):
 def test_a_fast_commit_keeps_the_configured_interval():
     c = copier(commit_cost=0.005, age=0.03, commit_interval_ms=25, **BUSY)
     assert c._interval() == pytest.approx(0.025)
-    assert c._due(backlog=False)
+    assert c._due(0.0)
+
+
+INF = float("inf")
 
 
 @pytest.mark.parametrize(("age", "due"), [(0.5, False), (1.01, True)])
 def test_a_backlog_grows_the_transaction_up_to_its_time_bound(age, due):
-    assert copier(age=age)._due(backlog=True) is due
+    assert copier(age=age)._due(INF) is due
+
+
+@pytest.mark.parametrize(("age", "backlog_s", "due"), [
+    (0.1, 0.3, False),  # 0.3 s behind: the transaction stays open while it copies them
+    (0.31, 0.3, True),  # as old as the backlog: commit
+    (0.01, 0.005, True),  # a few ms behind: the interval, as when drained
+])
+def test_a_small_backlog_grows_the_transaction_only_as_long_as_the_backlog(age, backlog_s, due):
+    assert copier(age=age, commit_interval_ms=2)._due(backlog_s) is due
 
 
 @pytest.mark.parametrize(("age", "due"), [(0.005, False), (0.02, True)])
 def test_a_tasks_first_transaction_ends_at_the_interval_even_in_a_backlog(age, due):
     # After a restart the backlog of the downtime waits: its first records show on the target at
     # the interval, not max_transaction_seconds later (the restart line of the bench).
-    assert copier(age=age, committed=False, commit_interval_ms=10)._due(backlog=True) is due
+    assert copier(age=age, committed=False, commit_interval_ms=10)._due(INF) is due
 
 
 def test_a_backlog_transaction_ends_at_its_record_bound():
-    assert copier(age=0.1, records=200_000)._due(backlog=True)
+    assert copier(age=0.1, records=200_000)._due(INF)
 
 
 def test_the_wait_for_more_records_ends_when_the_transaction_is_due():
@@ -90,11 +103,36 @@ def test_the_wait_for_more_records_ends_when_the_transaction_is_due():
     assert copier()._wait() > 0  # nothing open: wait for a first record
 
 
-@pytest.mark.parametrize(("waiting", "rate", "backlog"), [
-    (10_000, 0.0, True),  # a task's start: no rate yet, a full read is a backlog (catch-up)
-    (20_000, 52_000.0, False),  # a pause at a steady 52k rec/s: 0.4 s queued, keep small transactions
-    (60_000, 52_000.0, True),  # more than a second behind: grow the transaction
-    (0, 10.0, False),
-])
-def test_a_full_read_is_a_backlog_only_a_second_behind(waiting, rate, backlog):
-    assert is_backlog(waiting, rate) is backlog
+class _Watermarks:
+    """The consumer's cached high watermarks, all the backlog count reads."""
+
+    def __init__(self, highs: dict[int, int]) -> None:
+        self.highs, self.asked = highs, 0
+
+    def get_watermark_offsets(self, tp, cached: bool):
+        assert cached  # never a broker round trip from the copy loop
+        self.asked += 1
+        return 0, self.highs[tp.partition]
+
+
+def _states(nexts: dict[int, int]) -> dict:
+    return {("t", p): SimpleNamespace(done=False, next=n, r=SimpleNamespace(source_topic="t", partition=p))
+            for p, n in nexts.items()}
+
+
+def test_the_backlog_is_the_records_waiting_in_seconds_of_the_recent_copy_rate():
+    c = copier(rate=50_000.0)
+    c.consumer = _Watermarks({0: 30_000, 1: 12_000})
+    assert c._backlog_s(_states({0: 10_000, 1: 12_000})) == pytest.approx(0.4)
+
+
+def test_a_tasks_start_is_a_backlog():
+    # No rate yet: a full read counts as a catch-up's (the first transaction still ends at the interval).
+    assert copier(rate=0.0)._backlog_s(_states({0: 0})) == INF
+
+
+def test_the_backlog_count_stops_at_what_the_longest_transaction_copies():
+    c = copier(rate=10_000.0)  # max_transaction_seconds 1: 10k records are enough to know
+    c.consumer = _Watermarks({p: 100_000 for p in range(8)})
+    assert c._backlog_s(_states({p: 0 for p in range(8)})) >= 1.0
+    assert c.consumer.asked == 1
