@@ -14,6 +14,7 @@ from replicator.engine.shard_copy import ShardCopier, commit_stretch
 # A shard copying 100k rec/s at 5 us a record needs half its time for producing: with the headroom,
 # the load is at its bound, and commits are stretched to three commit durations.
 BUSY = {"rate": 100_000.0, "record_cost": 5e-6}
+INF = float("inf")  # a backlog with no copy rate measured yet: a task's start, as in a catch-up
 
 
 def copier(commit_cost: float = 0.0, age: float | None = None, records: int = 1, rate: float = 0.0,
@@ -67,9 +68,6 @@ def test_a_fast_commit_keeps_the_configured_interval():
     c = copier(commit_cost=0.005, age=0.03, commit_interval_ms=25, **BUSY)
     assert c._interval() == pytest.approx(0.025)
     assert c._due(0.0)
-
-
-INF = float("inf")
 
 
 @pytest.mark.parametrize(("age", "due"), [(0.5, False), (1.01, True)])
