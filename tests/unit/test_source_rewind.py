@@ -45,7 +45,9 @@ class Producer:
     def begin_transaction(self) -> None:
         pass
 
-    def produce(self, topic, value, key, partition, headers, timestamp, on_delivery) -> None:
+    # confluent-kafka's own positional order, which the copy loop relies on
+    def produce(self, topic, value, key, partition, callback=None, on_delivery=None, timestamp=0,
+                headers=None) -> None:
         self.values.append(value)
 
     def poll(self, timeout) -> int:
