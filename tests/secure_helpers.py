@@ -21,11 +21,16 @@ from confluent_kafka.admin import (
 
 from replicator.access.acls import Acl
 from replicator.clients.client_errors import transient
+from replicator.clients.kafka_clients import with_logging
 from tests.kafka_helpers import commit_member_less
 
 
 def props(box, cluster: str, principal: str = "admin") -> dict:
-    return {**box.client_properties(cluster, principal), "bootstrap.servers": getattr(box, cluster).bootstrap}
+    # librdkafka's lines through logging, as the product's clients: a client still alive when the
+    # secure sandbox stops at the end of a pytest worker printed "Connect ... failed" raw into
+    # `make test`'s output.
+    return with_logging({**box.client_properties(cluster, principal),
+                         "bootstrap.servers": getattr(box, cluster).bootstrap})
 
 
 def admin(box, cluster: str, principal: str = "admin") -> AdminClient:

@@ -12,12 +12,14 @@ from pathlib import Path
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
+from replicator.clients.kafka_clients import with_logging
+from tests import secure_helpers as secure
+
 BIN = Path(sys.executable).with_name("replicator")
 
 
 def admin(box, cluster: str, principal: str = "admin") -> AdminClient:
-    return AdminClient({**box.client_properties(cluster, principal),
-                        "bootstrap.servers": getattr(box, cluster).bootstrap})
+    return AdminClient(secure.props(box, cluster, principal))
 
 
 def test_admin_creates_topics_and_others_see_nothing(secure_sandbox, unique):
@@ -42,7 +44,8 @@ def test_admin_creates_topics_and_others_see_nothing(secure_sandbox, unique):
 
 
 def test_plaintext_clients_are_not_served(secure_sandbox):
-    client = AdminClient({"bootstrap.servers": secure_sandbox.target.bootstrap, "socket.timeout.ms": 5000})
+    client = AdminClient(with_logging({"bootstrap.servers": secure_sandbox.target.bootstrap,
+                                       "socket.timeout.ms": 5000}))
     try:
         client.list_topics(timeout=5)
         raise AssertionError("a PLAINTEXT client got metadata from the secure target")
