@@ -13,13 +13,9 @@ from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator.clients.kafka_clients import with_logging
-from tests import secure_helpers as secure
+from tests.secure_helpers import admin
 
 BIN = Path(sys.executable).with_name("replicator")
-
-
-def admin(box, cluster: str, principal: str = "admin") -> AdminClient:
-    return AdminClient(secure.props(box, cluster, principal))
 
 
 def test_admin_creates_topics_and_others_see_nothing(secure_sandbox, unique):
