@@ -589,55 +589,76 @@ class ShardCopier:
         if self.provenance is not None:  # once per batch: the default path pays nothing per record
             msgs = self.provenance.apply(
                 msgs, lambda m: not states[(m.topic(), m.partition())].beyond(m.offset()))
-        produce, produced = producer.produce, 0
-        keys = [(m.topic(), m.partition()) for m in msgs]
-        lasts = _last_index_per_partition(msgs, keys, states)
+        produce, produced, n, i = producer.produce, 0, len(msgs), 0
         # Asked once per batch, not per record (a config property: 3 % of a shard worker at 175k rec/s).
         begin = self.cfg.exactly_once and not self._txn_begun
-        for i, m in enumerate(msgs):
+        # A batch holds runs of one partition's records (librdkafka queues each fetched partition's
+        # records together): the partition's state is looked up once per run, not per record. That
+        # bookkeeping was 12 % of a shard worker's copy thread (py-spy, BENCHMARKS.md).
+        while i < n:
+            m = msgs[i]
+            i += 1
             if m.error() is not None:
                 self._on_consume_error(m, states)
                 continue
-            st = states[keys[i]]
-            # The range rule of _PartitionState.beyond, inlined here and below: two method calls
-            # per record on the hottest lines of the job.
-            offset, end = m.offset(), st.r.end
-            if st.done or (end is not None and offset >= end):
-                self._finish(st)
-                continue
-            if offset != st.next:
-                if offset < st.next:
-                    self._on_rewind(st, offset)
-                    continue
-                st.skip_to(offset)
-            value, key, ts = m.value(), m.key(), m.timestamp()[1]
-            # A delivery report only for a partition's last record in the batch, and its first in the
-            # transaction: exact source->target offset pairs at a fraction of one report per record.
-            first = st.records == 0
-            report = _PairReport(st, offset, first) if first or i in lasts else None
-            if begin:
-                producer.begin_transaction()
-                self._txn_begun, begin = True, False
+            topic, partition = m.topic(), m.partition()
+            st = states[(topic, partition)]
+            target_topic, end = st.r.target_topic, st.r.end
             while True:
-                try:
-                    # Positional, in the C signature's order (topic, value, key, partition,
-                    # callback, on_delivery, timestamp, headers): any keyword builds a dict per
-                    # call, 0.4 us of the ~4.5 us a 100 B record costs a shard worker (BENCHMARKS.md).
-                    produce(st.r.target_topic, value, key, st.r.partition, report, None,
-                            ts if ts > 0 else 0, m.headers())
+                nxt = msgs[i] if i < n else None
+                run_goes_on = (nxt is not None and nxt.error() is None and nxt.partition() == partition
+                               and nxt.topic() == topic)
+                # The range rule of _PartitionState.beyond, inlined here and below: two method calls
+                # per record on the hottest lines of the job.
+                offset = m.offset()
+                if st.done or (end is not None and offset >= end):
+                    self._finish(st)
+                elif offset < st.next:
+                    self._on_rewind(st, offset)
+                else:
+                    if offset != st.next:
+                        st.skip_to(offset)
+                    value, key, ts = m.value(), m.key(), m.timestamp()[1]
+                    # Delivery reports give the exact source->target offset pairs (commit metadata,
+                    # translation index) at a fraction of one per record: one for the partition's
+                    # first record in the transaction, and one wherever the next record is not
+                    # certain to be copied after this one. It is certain when it is the same
+                    # partition's, higher and inside the range: then it is copied, and by the same
+                    # rule it or a later one carries a report, so the last copied record always does.
+                    if st.records == 0:
+                        report = _PairReport(st, offset, True)
+                    elif run_goes_on and offset < (o := nxt.offset()) and (end is None or o < end):
+                        report = None
+                    else:
+                        report = _PairReport(st, offset)
+                    if begin:
+                        producer.begin_transaction()
+                        self._txn_begun, begin = True, False
+                    while True:
+                        try:
+                            # Positional, in the C signature's order (topic, value, key, partition,
+                            # callback, on_delivery, timestamp, headers): any keyword builds a dict
+                            # per call, 0.4 us of the ~4.5 us a 100 B record costs a shard worker
+                            # (BENCHMARKS.md).
+                            produce(target_topic, value, key, partition, report, None,
+                                    ts if ts > 0 else 0, m.headers())
+                            break
+                        except BufferError:
+                            producer.poll(0.05)  # local queue full: let deliveries drain
+                    st.next = offset + 1
+                    st.dirty = True
+                    st.records += 1
+                    st.bytes += (len(value) if value else 0) + (len(key) if key else 0)
+                    if st.first_ts < 0:
+                        st.first_ts = ts
+                    st.last_ts = ts
+                    produced += 1
+                    if end is not None and st.next >= end:
+                        self._finish(st)
+                if not run_goes_on:
                     break
-                except BufferError:
-                    producer.poll(0.05)  # local queue full: let deliveries drain
-            st.next = offset + 1
-            st.dirty = True
-            st.records += 1
-            st.bytes += (len(value) if value else 0) + (len(key) if key else 0)
-            if st.first_ts < 0:
-                st.first_ts = ts
-            st.last_ts = ts
-            produced += 1
-            if end is not None and st.next >= end:
-                self._finish(st)
+                m = nxt
+                i += 1
         producer.poll(0)
         if produced:
             self._txn_records += produced
@@ -907,28 +928,6 @@ def _why_fatal(err: KafkaError) -> str:
 def _positions(states: dict) -> dict:
     """The copy position of every unfinished partition that has one."""
     return {k: st.next for k, st in states.items() if not st.done and st.next >= 0}
-
-
-def _last_index_per_partition(msgs: list, keys: list, states: dict) -> set[int]:
-    """Each partition's last record in the batch that is inside its range (the one copied last);
-    `keys[i]` is `msgs[i]`'s (topic, partition).
-
-    One pass over the keys, whatever partitions the batch holds: a backward scan that stopped once
-    it had seen every partition of the shard read the whole batch whenever a small steady-state
-    batch lacked one of them (7 % of a shard worker at 175k rec/s of 100 B, py-spy)."""
-    lasts: set[int] = set()
-    for k, i in {k: i for i, k in enumerate(keys)}.items():
-        st = states.get(k)
-        if st is None:
-            continue
-        # The batch's last records of a partition may be past its range or errors: step back to
-        # the last one copied. Offsets only grow within a partition, so this stops at the range end.
-        while i >= 0:
-            if keys[i] == k and (m := msgs[i]).error() is None and not st.beyond(m.offset()):
-                lasts.add(i)
-                break
-            i -= 1
-    return lasts
 
 
 def _moving_average(average: float, sample: float) -> float:
