@@ -29,7 +29,7 @@ class Msg:  # what the copy loop reads of a consumed record
         return self.o
 
     def value(self) -> bytes:
-        return b"v"
+        return str(self.o).encode()
 
     def key(self) -> None:
         return None
@@ -63,7 +63,7 @@ class Target:
     def produce(self, topic, value, key, partition, callback=None, on_delivery=None, timestamp=0,
                 headers=None) -> None:
         log = self.logs.setdefault((topic, partition), [])
-        log.append(-1)
+        log.append(int(value))
         if callback is not None:
             self.reports += 1
             self.pending.append((callback, len(log) - 1))
@@ -135,13 +135,13 @@ def test_an_error_inside_a_run_and_a_rewind_at_its_end():
     msgs = [*run("a", 0, (0, 1)), Msg("a", 0, 2, KafkaError._PARTITION_EOF), *run("a", 0, (2, 3, 1, 2))]
     sts, target = copy(msgs, a_0=None)
     st = sts[("a", 0)]
-    assert st.pair == (3, 3) and target.logs[("t-a", 0)] == [-1] * 4 and st.next == 4
+    assert st.pair == (3, 3) and target.logs[("t-a", 0)] == [0, 1, 2, 3] and st.next == 4
 
 
 def test_gaps_inside_a_run_keep_the_pair_exact():
     sts, target = copy(run("a", 0, (0, 1, 5, 6, 9)), a_0=None)
     st = sts[("a", 0)]
-    assert st.pair == (9, 4) and st.gaps == [2, 5, 7, 9]
+    assert st.pair == (9, 4) and st.gaps == [2, 5, 7, 9] and target.logs[("t-a", 0)] == [0, 1, 5, 6, 9]
 
 
 def test_the_pair_moves_on_across_batches_of_one_transaction():
