@@ -10,9 +10,9 @@ from types import SimpleNamespace
 import pytest
 
 from replicator.engine import commit_outcome, shard_copy
-from replicator.engine.shard_copy import CopyRange, CopyStats, ShardCopier, _InDoubt, _PartitionState
+from replicator.engine.shard_copy import CopyRange, ShardCopier, _InDoubt, _PartitionState
 from replicator.offsets import CommitMetadata, Committed
-from tests.unit.test_stale_resume import Reader
+from tests.unit.copier_fakes import Reader, bare_copier
 
 
 def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
@@ -26,15 +26,13 @@ def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
 def copier(monkeypatch, group_answer: int, fresh_answer: int, outcomes: list) -> ShardCopier:
     """A shard whose last transaction copied source offsets 40..49 of s[0] (target 200..209) and whose
     commit call failed; the group first answers `group_answer`, a new reader `fresh_answer`."""
-    c = object.__new__(ShardCopier)
-    c.cfg = SimpleNamespace(group="g", name="job", shard_count=1, offsets_refresh_interval_seconds=86_400,
-                            transaction_timeout_ms=60_000)
-    c.shard, c._key, c._floors, c.group, c.source_cluster = 0, "k", {("s", 0): 40}, Reader(group_answer), "src"
-    c.stats, c._txn_started = CopyStats(), None
+    cfg = SimpleNamespace(group="g", name="job", shard_count=1, offsets_refresh_interval_seconds=86_400,
+                          transaction_timeout_ms=60_000)
     r = CopyRange("s", "t", 0, -1)
     st = _PartitionState(r, 50, True, CommitMetadata("src", "s", 1, 0, job="job"), dirty=True, records=10,
                          bytes=1_000, txn_begin=40, first_pair=(40, 200), pair=(49, 209))
-    c._in_doubt = _InDoubt([st], 0.0)
+    c = bare_copier(cfg, _floors={("s", 0): 40}, group=Reader(group_answer), source_cluster="src",
+                    _in_doubt=_InDoubt([st], 0.0))
     answers = iter(outcomes)
     asked = []
     monkeypatch.setattr(commit_outcome, "committed",

@@ -9,21 +9,11 @@ from types import SimpleNamespace
 from replicator.engine import shard_copy
 from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.offsets import Committed
-
-
-class Reader:
-    def __init__(self, answer: int) -> None:
-        self.answer, self.closed = answer, False
-
-    def close(self) -> None:
-        self.closed = True
+from tests.unit.copier_fakes import Reader, bare_copier
 
 
 def copier(floors: dict, reader: Reader) -> ShardCopier:
-    c = object.__new__(ShardCopier)
-    c.cfg = SimpleNamespace(group="g")
-    c.shard, c._key, c._floors, c.group = 0, "k", floors, reader
-    return c
+    return bare_copier(SimpleNamespace(group="g"), _floors=floors, group=reader)
 
 
 def test_a_stale_answer_is_asked_again_on_a_new_client(monkeypatch):

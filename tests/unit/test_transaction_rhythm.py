@@ -4,12 +4,12 @@ backlog bounds."""
 from __future__ import annotations
 
 import time
-from types import SimpleNamespace
 
 import pytest
 
 from replicator.config import ReplicatorConfig
 from replicator.engine.shard_copy import ShardCopier, commit_stretch
+from tests.unit.copier_fakes import bare_copier, partition_state
 
 # A shard copying 100k rec/s at 5 us a record needs half its time for producing: with the headroom,
 # the load is at its bound, and commits are stretched to three commit durations.
@@ -19,14 +19,10 @@ INF = float("inf")  # a backlog with no copy rate measured yet: a task's start, 
 
 def copier(commit_cost: float = 0.0, age: float | None = None, records: int = 1, rate: float = 0.0,
            record_cost: float = 0.0, committed: bool = True, **cfg) -> ShardCopier:
-    c = object.__new__(ShardCopier)  # no clients: only the rhythm's state
-    c.cfg = ReplicatorConfig(**cfg)
-    c._commit_cost = commit_cost
-    c._rate, c._record_cost = rate, record_cost
-    c._txn_started = None if age is None else time.monotonic() - age
-    c._txn_records = records
-    c._committed = committed  # a transaction committed since the task started (or last failed)
-    return c
+    # `committed`: a transaction committed since the task started (or last failed)
+    return bare_copier(ReplicatorConfig(**cfg), _commit_cost=commit_cost, _rate=rate, _record_cost=record_cost,
+                       _txn_started=None if age is None else time.monotonic() - age, _txn_records=records,
+                       _committed=committed)
 
 
 def test_nothing_open_is_never_due():
@@ -114,8 +110,7 @@ class _Watermarks:
 
 
 def _states(nexts: dict[int, int]) -> dict:
-    return {("t", p): SimpleNamespace(done=False, next=n, r=SimpleNamespace(source_topic="t", partition=p))
-            for p, n in nexts.items()}
+    return {("t", p): partition_state("t", p, n) for p, n in nexts.items()}
 
 
 def test_the_backlog_is_the_records_waiting_in_seconds_of_the_recent_copy_rate():
