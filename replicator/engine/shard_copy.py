@@ -604,13 +604,14 @@ class ShardCopier:
             topic, partition = m.topic(), m.partition()
             st = states[(topic, partition)]
             target_topic, end = st.r.target_topic, st.r.end
+            offset = m.offset()
             while True:
                 nxt = msgs[i] if i < n else None
                 run_goes_on = (nxt is not None and nxt.error() is None and nxt.partition() == partition
                                and nxt.topic() == topic)
+                next_offset = nxt.offset() if run_goes_on else -1  # read once: it is the next turn's offset
                 # The range rule of _PartitionState.beyond, inlined here and below: two method calls
                 # per record on the hottest lines of the job.
-                offset = m.offset()
                 if st.done or (end is not None and offset >= end):
                     self._finish(st)
                 elif offset < st.next:
@@ -627,24 +628,21 @@ class ShardCopier:
                     # rule it or a later one carries a report, so the last copied record always does.
                     if st.records == 0:
                         report = _PairReport(st, offset, True)
-                    elif run_goes_on and offset < (o := nxt.offset()) and (end is None or o < end):
+                    elif run_goes_on and offset < next_offset and (end is None or next_offset < end):
                         report = None
                     else:
                         report = _PairReport(st, offset)
                     if begin:
                         producer.begin_transaction()
                         self._txn_begun, begin = True, False
-                    while True:
-                        try:
-                            # Positional, in the C signature's order (topic, value, key, partition,
-                            # callback, on_delivery, timestamp, headers): any keyword builds a dict
-                            # per call, 0.4 us of the ~4.5 us a 100 B record costs a shard worker
-                            # (BENCHMARKS.md).
-                            produce(target_topic, value, key, partition, report, None,
-                                    ts if ts > 0 else 0, m.headers())
-                            break
-                        except BufferError:
-                            producer.poll(0.05)  # local queue full: let deliveries drain
+                    # Positional, in the C signature's order (topic, value, key, partition, callback,
+                    # on_delivery, timestamp, headers): any keyword builds a dict per call, 0.4 us of
+                    # the ~4.5 us a 100 B record costs a shard worker (BENCHMARKS.md).
+                    try:
+                        produce(target_topic, value, key, partition, report, None, ts if ts > 0 else 0, m.headers())
+                    except BufferError:  # rare: the arguments are built again rather than on every record
+                        _produce_when_room(producer, (target_topic, value, key, partition, report, None,
+                                                      ts if ts > 0 else 0, m.headers()))
                     st.next = offset + 1
                     st.dirty = True
                     st.records += 1
@@ -657,7 +655,7 @@ class ShardCopier:
                         self._finish(st)
                 if not run_goes_on:
                     break
-                m = nxt
+                m, offset = nxt, next_offset
                 i += 1
         producer.poll(0)
         if produced:
@@ -917,6 +915,17 @@ class _PairReport:
             self.st.pair = (self.source_offset, msg.offset())
         if self.first:
             self.st.first_pair = (self.source_offset, msg.offset())
+
+
+def _produce_when_room(producer: Producer, args: tuple) -> None:
+    """librdkafka's local queue is full: lets deliveries drain until the record fits."""
+    while True:
+        producer.poll(0.05)
+        try:
+            producer.produce(*args)
+            return
+        except BufferError:
+            continue
 
 
 def _why_fatal(err: KafkaError) -> str:

@@ -67,3 +67,25 @@ def test_the_pair_moves_on_across_batches_of_one_transaction():
 def test_a_long_run_costs_two_reports_not_one_per_record():
     _, target = copy(records("a", 0, range(1_000)), a_0=None)
     assert target.reports == 2
+
+
+class FullTarget(Target):
+    """A target whose local queue is full for the next `full` produce calls, until polled."""
+
+    def __init__(self, full: int) -> None:
+        super().__init__()
+        self.full, self.refused = full, 0
+
+    def produce(self, *args) -> None:
+        if self.full:
+            self.full -= 1
+            self.refused += 1
+            raise BufferError("Local: Queue full")
+        super().produce(*args)
+
+
+def test_a_full_local_queue_delays_a_record_never_drops_or_repeats_it():
+    c, target, sts = bare_copier(), FullTarget(3), states(a_0=None)
+    c._produce_batch(target, records("a", 0, range(5)), sts)
+    assert target.refused == 3 and target.logs[("t-a", 0)] == [0, 1, 2, 3, 4]
+    assert sts[("a", 0)].pair == (4, 4) and sts[("a", 0)].first_pair == (0, 0)
