@@ -12,13 +12,14 @@ before that. `--pause-ms` waits that long after each commit before the next tran
 from __future__ import annotations
 
 import argparse
-import contextlib
 import logging
 import time
 import uuid
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Consumer, Producer, TopicPartition
+
+from bench import kafka_ops
+from replicator.clients.kafka_clients import with_logging
 
 
 class _Counter(logging.Handler):
@@ -45,10 +46,7 @@ def main(argv: list[str] | None = None) -> None:
     p.add_argument("--pause-ms", type=float, default=0.0, help="wait after each commit")
     p.add_argument("--transactions", type=int, default=200)
     args = p.parse_args(argv)
-    admin = AdminClient({"bootstrap.servers": args.bootstrap})
-    for future in admin.create_topics([NewTopic(args.topic, args.partitions, 1)]).values():
-        with contextlib.suppress(KafkaException):  # exists from an earlier run
-            future.result()
+    kafka_ops.create_topic(args.bootstrap, args.topic, args.partitions)
     counter = _Counter()
     log = logging.getLogger("bench.txn_rhythm.librdkafka")
     log.setLevel(logging.DEBUG)
@@ -56,7 +54,7 @@ def main(argv: list[str] | None = None) -> None:
     log.propagate = False
     producer = Producer({"bootstrap.servers": args.bootstrap, "transactional.id": f"bench-txn-rhythm-{uuid.uuid4()}",
                          "linger.ms": 20, "debug": "eos", "logger": log})
-    group = Consumer({"bootstrap.servers": args.bootstrap, "group.id": "bench-txn-rhythm"})
+    group = Consumer(with_logging({"bootstrap.servers": args.bootstrap, "group.id": "bench-txn-rhythm"}))
     producer.init_transactions(30)
     payload, cycles = b"x" * 1024, []
     for i in range(args.transactions):
