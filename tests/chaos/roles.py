@@ -6,6 +6,13 @@ from __future__ import annotations
 
 from confluent_kafka.admin import AdminClient
 
+from replicator.clients.client_errors import while_retriable
+
+# A broker just restarted by the previous fault answers ListTransactions with "coordinator load in
+# progress" until it has read its transaction log: the lookup waits that out instead of failing the
+# run (make chaos, 2026-11-28 night: source-txn-coordinator-kill right after source-leader-isolate).
+_LOOKUP_TIMEOUT_S = 120.0
+
 
 def partition_leader(bootstrap: str, topic: str, partition: int) -> int:
     meta = AdminClient({"bootstrap.servers": bootstrap}).list_topics(topic, timeout=30)
@@ -19,7 +26,8 @@ def transaction_coordinator(bootstrap: str, prefix: str) -> int:
 
     admin = KafkaAdminClient(bootstrap_servers=bootstrap.split(","), request_timeout_ms=30_000)
     try:
-        for broker, rows in sorted(admin.list_transactions().items()):
+        listing = while_retriable(admin.list_transactions, _LOOKUP_TIMEOUT_S, "listing transactions")
+        for broker, rows in sorted(listing.items()):
             if any(r.transactional_id.startswith(prefix) for r in rows):
                 return broker
     finally:
