@@ -179,7 +179,8 @@ def main(argv: list[str] | None = None) -> int:
                         for x in s:
                             print(f"run {run} steady {size:5d} B {c.key:16} {x['rate']:8.0f}/s (produced "
                                   f"{x['produced_per_s']:8.0f}/s) p50 {x['p50_s']:.3f}s p95 {x['p95_s']:.3f}s "
-                                  f"p99 {x['p99_s']:.3f}s lag {x['lag_end']:7d} bounded {x['bounded']}", flush=True)
+                                  f"p99 {x['p99_s']:.3f}s behind {x['behind_end']:7d} bounded {x['bounded']} "
+                                  f"(watcher lag {x['lag_end']:7d})", flush=True)
                         if restart_too:
                             print(f"run {run} restart {c.key:16} {r.get('restart_s')} s rss "
                                   f"{r.get('peak_rss_mb', 0):.0f} MiB {r.get('error', '')}", flush=True)
