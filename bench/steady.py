@@ -142,7 +142,7 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             # the watcher (a Python reader in this process) fell 0.4 M records behind records already
             # visible on the target, under our job's larger transactions only, and that counted as
             # the contender's lag (BENCHMARKS.md, 2026-11-29). Transaction markers make `visible`
-            # overstate by one per partition and commit: up to 30k over a whole run there (MM2).
+            # overstate by one per partition and commit: 13-15k by a run's top step there.
             visible = target.total()
             lag = sent - read
             behind = sent - visible
