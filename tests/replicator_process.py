@@ -62,6 +62,10 @@ class ReplicatorProcess:
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
+    def tail(self) -> str:
+        """The end of the job's log, for a failure message."""
+        return self.log()[-4000:]
+
     def sigterm(self, timeout: float = 120.0) -> int:
         """Clean stop of the driver only (as Kubernetes does to PID 1); returns the exit code.
 
@@ -80,7 +84,7 @@ class ReplicatorProcess:
             self.sigkill()
             raise AssertionError(f"replicator did not stop within {timeout}s of SIGTERM") from None
         if code != 0:  # the callers assert on the code: pytest shows this with the failure
-            print(f"replicator exited {code} on SIGTERM; its log ends:\n{self.log()[-4000:]}", file=sys.stderr)
+            print(f"replicator exited {code} on SIGTERM; its log ends:\n{self.tail()}", file=sys.stderr)
         return code
 
     def sigkill(self) -> None:
@@ -111,7 +115,7 @@ def wait_until(predicate: Callable[[], bool], timeout: float, what: str, proc: R
             return
         if proc is not None and not proc.running():
             raise AssertionError(f"replicator exited ({proc.proc.returncode}) while waiting for {what}:\n"
-                                 f"{proc.log()[-4000:]}")
+                                 f"{proc.tail()}")
         time.sleep(interval)
-    tail = proc.log()[-4000:] if proc is not None else ""
+    tail = proc.tail() if proc is not None else ""
     raise AssertionError(f"timed out after {timeout}s waiting for {what}\n{tail}")
