@@ -3,8 +3,8 @@ new committed record) for one contender on a fresh source topic of `job.size`-by
 
 from __future__ import annotations
 
+import multiprocessing as mp
 import sys
-import threading
 import time
 from array import array
 from pathlib import Path
@@ -30,50 +30,99 @@ DRAIN_S = 20.0
 RESTART_TIMEOUT_S = 240.0
 
 
-class Watcher(threading.Thread):
-    """A read_committed consumer on the replica: when each record became visible, and how late."""
+class Watcher:
+    """A read_committed consumer on the replica: when each record became visible, and how late.
+
+    It runs in a process of its own. As a thread of the bench process it shared one GIL with the
+    process-tree sampler and the load bookkeeping, and on a saturated box it fell 0.4 M records
+    behind records already visible on the target (BENCHMARKS.md, 2026-11-29): its backlog counted
+    as the contender's latency. Only the count, the restart probe and the percentiles cross over."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
-        super().__init__(daemon=True, name="watcher")
-        self.bootstrap, self.topic, self.partitions = bootstrap, topic, partitions
-        self.ts = array("d")  # source CreateTime, seconds
-        self.seen = array("d")  # wall time the record was delivered here
-        self.stop_flag = threading.Event()
-        self.probe: dict[int, int] | None = None  # partition -> offset a "new" record reaches
-        self.probe_hit: float | None = None
+        # spawn, not fork: the bench process already runs librdkafka and kafka-python threads.
+        ctx = mp.get_context("spawn")
+        self._count = ctx.Value("q", 0, lock=False)
+        self._hit = ctx.Value("d", 0.0, lock=False)
+        self._stop = ctx.Event()
+        self._conn, child = ctx.Pipe()
+        self._proc = ctx.Process(target=_watch, name="bench-watcher", daemon=True,
+                                 args=(bootstrap, topic, partitions, self._count, self._hit, self._stop, child))
 
-    def run(self) -> None:
-        # The watcher's reads promoted their records into this process's old generation, and the
-        # full collections that followed (up to ~460 ms at 100k records/s of 100 B) stopped it
-        # while records arrived: their latency was the bench's own, for every contender alike.
-        heap.spare_batches(kafka_ops.READ_MOST)
-        while not kafka_ops.topic_exists(self.bootstrap, self.topic):
-            if self.stop_flag.wait(0.5):
-                return
-        c = Consumer(with_logging({"bootstrap.servers": self.bootstrap, "group.id": "bench-watcher",
-                                   "enable.auto.commit": False, "isolation.level": "read_committed",
-                                   "fetch.wait.max.ms": 10}))
-        c.assign([TopicPartition(self.topic, p, 0) for p in range(self.partitions)])
-        try:
-            while not self.stop_flag.is_set():
-                msgs = kafka_ops.arrived(c, 0.05)
-                now = time.time()
-                for m in msgs:
-                    if m.error() is not None:
-                        continue
-                    self.ts.append(m.timestamp()[1] / 1000)
-                    self.seen.append(now)
-                    probe = self.probe
-                    if probe is not None and self.probe_hit is None and m.offset() >= probe.get(m.partition(), 0):
-                        self.probe_hit = now
-        finally:
-            c.close()
+    def start(self) -> None:
+        self._proc.start()
 
     def count(self) -> int:
-        return len(self.seen)
+        return self._count.value
 
-    def latencies(self, t0: float, t1: float) -> list[float]:
-        return sorted(s - t for t, s in zip(self.ts, self.seen, strict=False) if t0 <= t < t1)
+    def probe(self, ends: dict[int, int]) -> None:
+        """From now on, `probe_hit()` is when the first record at or past `ends` became visible."""
+        self._conn.send(("probe", ends))
+
+    def probe_hit(self) -> float | None:
+        return self._hit.value or None
+
+    def percentiles(self, t0: float, t1: float) -> dict:
+        """Latency percentiles of the records created in [t0, t1), and how many there were."""
+        self._conn.send(("percentiles", t0, t1))
+        while not self._conn.poll(1.0):
+            if not self._proc.is_alive():
+                return {"p50_s": float("nan"), "p95_s": float("nan"), "p99_s": float("nan"), "received": 0,
+                        "error": f"the watcher process exited with {self._proc.exitcode}"}
+        return self._conn.recv()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._proc.join(10)
+        if self._proc.is_alive():
+            self._proc.kill()
+            self._proc.join(5)
+
+
+def _watch(bootstrap: str, topic: str, partitions: int, count, hit, stop, conn) -> None:
+    # The watcher's reads promoted their records into the old generation, and the full collections
+    # that followed (up to ~460 ms at 100k records/s of 100 B) stopped it while records arrived:
+    # their latency was the bench's own, for every contender alike.
+    heap.spare_batches(kafka_ops.READ_MOST)
+    while not kafka_ops.topic_exists(bootstrap, topic):
+        if stop.wait(0.5):
+            return
+    ts = array("d")  # source CreateTime, seconds
+    seen = array("d")  # wall time the record was delivered here
+    probe: dict[int, int] | None = None
+    c = Consumer(with_logging({"bootstrap.servers": bootstrap, "group.id": "bench-watcher",
+                               "enable.auto.commit": False, "isolation.level": "read_committed",
+                               "fetch.wait.max.ms": 10,
+                               # librdkafka's default pauses a partition's fetches for 1 s once its
+                               # local queue is full: a reader that is behind would stay behind.
+                               "fetch.queue.backoff.ms": 10}))
+    c.assign([TopicPartition(topic, p, 0) for p in range(partitions)])
+    try:
+        while not stop.is_set():
+            while conn.poll():
+                ask = conn.recv()
+                if ask[0] == "probe":
+                    probe = ask[1]
+                else:
+                    conn.send(_percentiles(ts, seen, ask[1], ask[2]))
+            msgs = kafka_ops.arrived(c, 0.05)
+            if not msgs:
+                continue
+            now = time.time()
+            for m in msgs:
+                if m.error() is not None:
+                    continue
+                ts.append(m.timestamp()[1] / 1000)
+                seen.append(now)
+                if probe is not None and not hit.value and m.offset() >= probe.get(m.partition(), 0):
+                    hit.value = now
+            count.value = len(seen)
+    finally:
+        c.close()
+
+
+def _percentiles(ts: array, seen: array, t0: float, t1: float) -> dict:
+    lat = sorted(s - t for t, s in zip(ts, seen, strict=False) if t0 <= t < t1)
+    return {"p50_s": _pct(lat, 0.50), "p95_s": _pct(lat, 0.95), "p99_s": _pct(lat, 0.99), "received": len(lat)}
 
 
 class Load:
@@ -139,7 +188,7 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             sent = source.total()
             read = watcher.count()
             # Judged on what the replica shows, not on what the watcher has read: on a saturated box
-            # the watcher (a Python reader in this process) fell 0.4 M records behind records already
+            # the watcher (then a thread of this process) fell 0.4 M records behind records already
             # visible on the target, under our job's larger transactions only, and that counted as
             # the contender's lag (BENCHMARKS.md, 2026-11-29). Transaction markers make `visible`
             # overstate by one per partition and commit: 13-15k by a run's top step there.
@@ -150,13 +199,12 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             while watcher.count() < source.total() and time.monotonic() < drain_until:
                 tree.sample()
                 time.sleep(0.2)
-            lat = watcher.latencies(t0, t1)
+            lat = watcher.percentiles(t0, t1)
             bounded = behind <= BOUNDED_LAG_S * rate
             # What the load generator really produced: on a saturated box it falls behind the rate asked.
             steps.append({"contender": contender.key, "run": run, "size": job.size, "fraction": fraction,
                           "rate": rate, "produced_per_s": (sent - sent0) / max(t1 - t0, 1e-9),
-                          "p50_s": _pct(lat, 0.50), "p95_s": _pct(lat, 0.95), "p99_s": _pct(lat, 0.99),
-                          "received": len(lat), "behind_end": behind, "bounded": bounded,
+                          **lat, "behind_end": behind, "bounded": bounded,
                           # The watcher's own backlog is in here too; its latencies include it.
                           "lag_end": lag, "visible_unread_end": visible - read,
                           # The contender's whole process tree, during the step (not the drain): CPU per
@@ -169,12 +217,11 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             restart.update(_restart(contender, job, tree, trees, watcher, target, max_rate))
         return steps, restart
     finally:
-        watcher.stop_flag.set()
+        watcher.stop()
         for t in trees:
             t.stop()
         restart["peak_rss_mb"] = max(t.peak_rss for t in trees) / 2**20
         restart["peak_pss_mb"] = max(t.peak_pss for t in trees) / 2**20
-        watcher.join(10)
 
 
 def _restart(contender: Contender, job: Job, tree: Tree, trees: list[Tree], watcher: Watcher,
@@ -188,15 +235,16 @@ def _restart(contender: Contender, job: Job, tree: Tree, trees: list[Tree], watc
         ends: dict[int, int] = {}
         while len(ends) < job.partitions:
             ends = target.ends()
-        watcher.probe = ends
+        watcher.probe(ends)
         relaunched = contender.launch(job)
         trees.append(relaunched)
         deadline = time.monotonic() + RESTART_TIMEOUT_S
-        while watcher.probe_hit is None and time.monotonic() < deadline:
+        while watcher.probe_hit() is None and time.monotonic() < deadline:
             relaunched.sample()
             time.sleep(0.1)
     finally:
         load.stop()
-    if watcher.probe_hit is None:
+    hit = watcher.probe_hit()
+    if hit is None:
         return {"error": f"no new record within {RESTART_TIMEOUT_S:.0f}s of the restart: {relaunched.tail(8)}"}
-    return {"restart_s": watcher.probe_hit - killed}
+    return {"restart_s": hit - killed}
