@@ -26,6 +26,8 @@ import time
 import traceback
 from pathlib import Path
 
+from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
+
 from bench import catchup, kafka_ops, many, reaper, report, steady
 from bench.contenders import Job, all_contenders
 from bench.proctree import Tree
@@ -107,6 +109,8 @@ def main(argv: list[str] | None = None) -> int:
         for cluster in (box.source, box.target):
             if cluster.pid():
                 reaper.watch(cluster.pid())
+    if started_box:
+        _tidy(lambda: _delete_at_once(box))
     stamp = f"{int(time.time()) % 100000:05d}"
     doc = {"command": " ".join([".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
            "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
@@ -130,10 +134,14 @@ def main(argv: list[str] | None = None) -> int:
             _tidy(lambda: _record_class_archive(box, logdir, stamp))
         if not args.no_catchup:
             topics = {size: _preloaded(box, size, records, logdir) for size, records in sizes}
+            if not args.quick:
+                _warm_up(contenders[0], {size: job(topics[size], size, records) for size, records in sizes},
+                         box, args.timeout)
             for run in range(1, runs + 1):
                 for size, records in sizes:
                     for c in rotated(contenders, run):
                         j = job(topics[size], size, records)
+                        _settle(box)
                         doc["load"].append([time.time(), *os.getloadavg()])
                         r = _guarded(lambda: catchup.measure(c, j, run, args.timeout),  # noqa: B023
                                      lambda e: catchup.CatchUp(c.key, size, records, run, ok=False,  # noqa: B023
@@ -161,6 +169,7 @@ def main(argv: list[str] | None = None) -> int:
                     for c in rotated(steady_contenders, run):
                         restart_too = size == steady_sizes[0]
                         j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0)
+                        _settle(box)
                         doc["load"].append([time.time(), *os.getloadavg()])
                         s, r = _guarded(
                             lambda: steady.measure(c, j, run, rates[size], step, fractions,  # noqa: B023
@@ -248,6 +257,47 @@ def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
     tree.stop(grace=300)
     kafka_ops.delete_topics(box.target.bootstrap, f"bench-warmup-{stamp}")  # its index topic
     print(f"class-data archive {'recorded' if archive.is_file() else 'NOT recorded'}: {archive}", flush=True)
+
+
+def _warm_up(contender, jobs: dict, box: Sandbox, timeout: float) -> None:
+    """One catch-up per record size that counts for nothing before run 1. The first catch-up on
+    freshly started brokers copied at 0.45-0.7 of the same contender's later runs in 4 of 5 bench
+    invocations (BENCHMARKS.md, 2026-11-29 morning), and run 1 starts with the first contender
+    given, so it was always ours."""
+    for size, j in jobs.items():
+        _settle(box)
+        r = _guarded(lambda: catchup.measure(contender, j, 0, timeout),  # noqa: B023
+                     lambda e: catchup.CatchUp(contender.key, size, j.records, 0, ok=False,  # noqa: B023
+                                               error=f"bench error: {e}"))
+        _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+        print(f"warm-up {size:5d} B {contender.key:16} "
+              f"{f'{r.records_per_s:10.0f} rec/s (not counted)' if r.ok else f'FAILED: {r.error}'}", flush=True)
+
+
+def _delete_at_once(box: Sandbox) -> None:
+    """Deleted topics' files go at once instead of a minute later (log.segment.delete.delay.ms,
+    set on the bench's own brokers only). Every measurement deletes the ~1 GB it wrote; a minute
+    later the broker removed those files during whichever measurement ran then, and that one paid
+    for it: replicator exactly-once copied 1 KiB at 249k-253k rec/s against 377k-411k with the
+    deletions kept out, the brokers' CPU per GB 3.5 against 1.8-2.0 (BENCHMARKS.md, 2026-11-29
+    morning)."""
+    for cluster in (box.source, box.target):
+        a = kafka_ops.admin(cluster.bootstrap)
+        nodes = a.describe_cluster(request_timeout=30).result().nodes
+        entry = ConfigEntry("log.segment.delete.delay.ms", "0", incremental_operation=AlterConfigOpType.SET)
+        for f in a.incremental_alter_configs([ConfigResource(ConfigResource.Type.BROKER, str(n.id),
+                                                             incremental_configs=[entry]) for n in nodes]).values():
+            f.result()
+
+
+def _settle(box: Sandbox, timeout_s: float = 60.0) -> None:
+    """Before a measurement: the files of deleted topics are gone, and what the last one wrote is
+    on disk, so neither is done during this one."""
+    deadline = time.monotonic() + timeout_s
+    dirs = [Path(d) for c in (box.source, box.target) for d in c.data_dirs()]
+    while time.monotonic() < deadline and any(p.name.endswith("-delete") for d in dirs for p in d.glob("*/*")):
+        time.sleep(0.5)
+    os.sync()
 
 
 def _guarded(measure, on_error):
