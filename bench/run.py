@@ -261,9 +261,9 @@ def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
 
 def _warm_up(contender, jobs: dict, box: Sandbox, timeout: float) -> None:
     """One catch-up per record size that counts for nothing before run 1. The first catch-up on
-    freshly started brokers copied at 0.45-0.7 of the same contender's later runs in 4 of 5 bench
-    invocations (BENCHMARKS.md, 2026-11-29 morning), and run 1 starts with the first contender
-    given, so it was always ours."""
+    freshly started brokers copied 137k-229k rec/s against 235k-390k later in 4 of the 6 bench
+    invocations without it (BENCHMARKS.md, 2026-11-29 morning), and run 1 starts with the first
+    contender given, so it was always ours."""
     for size, j in jobs.items():
         _settle(box)
         r = _guarded(lambda: catchup.measure(contender, j, 0, timeout),  # noqa: B023

@@ -4,6 +4,7 @@ new committed record) for one contender on a fresh source topic of `job.size`-by
 from __future__ import annotations
 
 import multiprocessing as mp
+import os
 import sys
 import time
 from array import array
@@ -11,7 +12,7 @@ from pathlib import Path
 
 from confluent_kafka import Consumer, TopicPartition
 
-from bench import kafka_ops
+from bench import kafka_ops, reaper
 from bench.contenders import Contender, Job
 from bench.proctree import Tree
 from replicator.clients.kafka_clients import with_logging
@@ -50,6 +51,7 @@ class Watcher:
 
     def start(self) -> None:
         self._proc.start()
+        reaper.watch(self._proc.pid)
 
     def count(self) -> int:
         return self._count.value
@@ -79,6 +81,7 @@ class Watcher:
 
 
 def _watch(bootstrap: str, topic: str, partitions: int, count, hit, stop, conn) -> None:
+    os.setsid()  # its own process group, which the reaper kills if the bench dies without stopping it
     # The watcher's reads promoted their records into the old generation, and the full collections
     # that followed (up to ~460 ms at 100k records/s of 100 B) stopped it while records arrived:
     # their latency was the bench's own, for every contender alike.
