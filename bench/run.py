@@ -140,13 +140,7 @@ def main(argv: list[str] | None = None) -> int:
             for run in range(1, runs + 1):
                 for size, records in sizes:
                     for c in rotated(contenders, run):
-                        j = job(topics[size], size, records)
-                        _settle(box)
-                        doc["load"].append([time.time(), *os.getloadavg()])
-                        r = _guarded(lambda: catchup.measure(c, j, run, args.timeout),  # noqa: B023
-                                     lambda e: catchup.CatchUp(c.key, size, records, run, ok=False,  # noqa: B023
-                                                               error=f"bench error: {e}"))
-                        _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                        r = _catch_up(box, c, job(topics[size], size, records), run, args.timeout, doc["load"])
                         doc["catchup"].append(r.to_dict())
                         save()
                         status = (f"{r.records_per_s:10.0f} rec/s {r.mb_per_s:7.1f} MB/s "
@@ -259,17 +253,24 @@ def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
     print(f"class-data archive {'recorded' if archive.is_file() else 'NOT recorded'}: {archive}", flush=True)
 
 
+def _catch_up(box: Sandbox, contender, j: Job, run: int, timeout: float, loads: list) -> catchup.CatchUp:
+    """One catch-up measurement on a settled box (the load average at its start goes to `loads`),
+    its target topics deleted afterwards."""
+    _settle(box)
+    loads.append([time.time(), *os.getloadavg()])
+    r = _guarded(lambda: catchup.measure(contender, j, run, timeout),
+                 lambda e: catchup.CatchUp(contender.key, j.size, j.records, run, ok=False, error=f"bench error: {e}"))
+    _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))
+    return r
+
+
 def _warm_up(contender, jobs: dict, box: Sandbox, timeout: float) -> None:
     """One catch-up per record size that counts for nothing before run 1. The first catch-up on
     freshly started brokers copied 137k-229k rec/s against 235k-390k later in 4 of the 6 bench
     invocations without it (BENCHMARKS.md, 2026-11-29 morning), and run 1 starts with the first
     contender given, so it was always ours."""
     for size, j in jobs.items():
-        _settle(box)
-        r = _guarded(lambda: catchup.measure(contender, j, 0, timeout),  # noqa: B023
-                     lambda e: catchup.CatchUp(contender.key, size, j.records, 0, ok=False,  # noqa: B023
-                                               error=f"bench error: {e}"))
-        _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+        r = _catch_up(box, contender, j, 0, timeout, [])
         print(f"warm-up {size:5d} B {contender.key:16} "
               f"{f'{r.records_per_s:10.0f} rec/s (not counted)' if r.ok else f'FAILED: {r.error}'}", flush=True)
 
