@@ -74,12 +74,18 @@ class ReplicatorConfig:
     # commits one per poll. 10 ms kept p50 at 21-23 ms against 12-14 ms, for 0-15 % less CPU
     # (BENCHMARKS.md, 2026-11-27).
     commit_interval_ms: int = 2
-    max_records_per_transaction: int = 200_000
+    # A bound for aborts to re-copy, not for throughput: the time bounds end transactions first (at
+    # 200,000, 100 B records ended a catch-up's transactions every 0.44 s, BENCHMARKS.md).
+    max_records_per_transaction: int = 1_000_000
     # What a backlog may stretch a transaction to. Its records are invisible until it commits, so
     # this is also the lag a reader sees while the copy keeps up at its ceiling: at 10 s, a steady
     # rate near the ceiling flipped into seconds-long transactions and a visible lag that ran away
     # (BENCHMARKS.md, 105k rec/s). At 1 s the commit's drain still costs a few percent of catch-up.
     max_transaction_seconds: float = 1.0
+    # What a transaction may grow to while at least this many seconds of records wait at the source
+    # (a catch-up: a reader waits that long anyway). Half the commits of 1 s transactions; each
+    # holds the copy loop for about four round trips (BENCHMARKS.md, 2026-12-01).
+    catch_up_transaction_seconds: float = 2.0
     transaction_timeout_ms: int = 60_000
     trigger_interval_ms: int = 200
     on_data_loss: str = "fail"
@@ -131,6 +137,12 @@ class ReplicatorConfig:
     def spark_master(self) -> str:
         # local[N,F]: plain local[N] never retries a failed task.
         return self.master or f"local[{_cpu_count()},4]"
+
+    @property
+    def longest_transaction_seconds(self) -> float:
+        """How long a transaction may grow: in a catch-up, or else keeping up (a catch-up bound at or
+        below max_transaction_seconds turns catch-up transactions off)."""
+        return max(self.max_transaction_seconds, self.catch_up_transaction_seconds)
 
     @property
     def exactly_once(self) -> bool:
@@ -341,6 +353,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "commit_interval_ms": lambda k, v: _positive_int(k, v, 1, 60_000),
     "max_records_per_transaction": lambda k, v: _positive_int(k, v, 1),
     "max_transaction_seconds": _positive_float,
+    "catch_up_transaction_seconds": _positive_float,
     "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, 900_000),
     "trigger_interval_ms": lambda k, v: _positive_int(k, v, 0),
     "on_data_loss": _choice("fail", "skip"),
@@ -443,7 +456,8 @@ def load(flags: Mapping[str, Any] | None = None, config_file: str | Path | None 
         raise ConfigError("target_bootstrap_servers", "names the source cluster: with the identity policy every "
                                                       "topic would be copied onto itself; use another cluster or "
                                                       "replication_policy=prefix")
-    if config.transaction_timeout_ms < config.max_transaction_seconds * 1000 * 2:
-        raise ConfigError("transaction_timeout_ms", "must be at least twice max_transaction_seconds "
+    if config.transaction_timeout_ms < config.longest_transaction_seconds * 1000 * 2:
+        raise ConfigError("transaction_timeout_ms", "must be at least twice the longest transaction (the larger "
+                                                    "of max_transaction_seconds and catch_up_transaction_seconds) "
                                                     "so a transaction never outlives its timeout")
     return config

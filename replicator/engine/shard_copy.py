@@ -15,8 +15,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    (2 ms by default, so about one transaction per arrival of records; or longer when commits would
    take capacity the shard's load needs, see _HEADROOM) after they began once the source has
    nothing more queued (latency); while records are queued, kept open as long as the shard is
-   behind, up to `max_records_per_transaction` and `max_transaction_seconds` (throughput, see
-   `_backlog_s`);
+   behind, up to `max_records_per_transaction` and `max_transaction_seconds`, or
+   `catch_up_transaction_seconds` while at least that much waits (throughput, see `_backlog_s`);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
    partition it advanced, so data and position commit atomically; and, produced after the data's
    delivery reports and before those offsets, one translation index entry per partition it copied
@@ -209,6 +209,11 @@ class ShardCopier:
         self._committed = False  # a transaction committed since the last failure
         self._commit_cost = 0.0  # recent seconds one commit held the loop (moving average)
         self._rate = 0.0  # records/s this shard recently copied (moving average over transactions)
+        # Until when the source holds records for this shard, as counted at the last full read, and
+        # whether that count was a catch-up's (see _backlog).
+        self._behind_until = 0.0
+        self._catching_up = False
+        self._waited = False  # the last read waited for records
         self._record_cost = 0.0  # seconds reading and producing one record took, recently (moving average)
         self._txn_busy = 0.0  # seconds the open transaction spent reading and producing (not waiting)
         self._work_began = 0.0  # when the last read had records to hand (after any wait for them)
@@ -334,6 +339,7 @@ class ShardCopier:
                 self.consumer.unassign()
                 self._clear_txn()
                 self._states = {}  # the next attempt's partitions are settled once it sees their ends again
+                self._behind_until, self._catching_up = 0.0, False
                 del producer
             self._report(force=True)  # before backing off: the driver stops taking them as settled
             # The next task learns this task's commits from the driver (floors): a commit in doubt is
@@ -380,9 +386,7 @@ class ShardCopier:
                 # waited for the next record (or the task's end, minutes later) and the driver's
                 # metrics and progress line stood still behind the target meanwhile.
                 self._report()
-            # A full batch means the source has more queued: the transaction may grow (catch-up
-            # throughput) instead of committing at the interval.
-            if not self._due(self._backlog_s(states) if len(msgs) >= _CONSUME_BATCH else 0.0):
+            if not self._due(self._backlog(states, msgs)):
                 continue
             if self.fault == "fail-before-commit" and not injected:
                 producer.flush(30)
@@ -433,7 +437,41 @@ class ShardCopier:
     def _wait(self) -> float:
         if self._txn_started is None:
             return _IDLE_WAIT_S
-        return max(0.0, self._txn_started + self._interval() - time.monotonic())
+        now = time.monotonic()
+        if self._behind_until > now and self._committed:
+            # Records are known to wait: a read that comes back empty is the local queue running dry
+            # for a moment, so wait for them (poll returns at the first), as long as a wait for a
+            # first record at most: a stop or a source that went away is noticed as soon as before.
+            return max(0.0, min(self._behind_until, self._txn_started + self._bound(), now + _IDLE_WAIT_S) - now)
+        return max(0.0, self._txn_started + self._interval() - now)
+
+    def _backlog(self, states: dict, msgs: list) -> float:
+        """Seconds of records still waiting at the source after the read that returned `msgs`.
+
+        Counted on a full read only (a shorter one may end at a source transaction still open, which
+        the cached high watermarks count as waiting). After a full read, a shorter or an empty one
+        means the local fetch queue ran dry for a moment, not that the source did: the count made
+        then, less the time since, still holds. Ending transactions at the first short read ended a
+        catch-up's at 0.3 s at 1 KiB, three times the commits of its time bound (BENCHMARKS.md,
+        2026-12-01). A read that waited and got nothing ends the count."""
+        now = time.monotonic()
+        if len(msgs) >= _CONSUME_BATCH:
+            backlog = self._backlog_s(states)
+            self._catching_up = backlog >= self.cfg.catch_up_transaction_seconds
+            # Before a rate is measured (a task's first transaction) the count is no time at all.
+            self._behind_until = now + backlog if backlog < float("inf") else 0.0
+            return backlog
+        if not msgs and self._waited:
+            self._behind_until, self._catching_up = 0.0, False
+        return max(0.0, self._behind_until - now)
+
+    def _bound(self) -> float:
+        """How long the open transaction may grow: longer in a catch-up (at least
+        catch_up_transaction_seconds of records waiting), where a reader of the replica waits for
+        the backlog anyway and half the commits, each of which holds the loop, copy more."""
+        if self._catching_up and self._committed:
+            return self.cfg.longest_transaction_seconds
+        return self.cfg.max_transaction_seconds
 
     def _backlog_s(self, states: dict) -> float:
         """How many seconds of this shard's recent copy rate wait at the source (the high watermarks
@@ -441,7 +479,7 @@ class ShardCopier:
         task's start, as in a catch-up)."""
         if self._rate <= 0:
             return float("inf")
-        enough = self._rate * self.cfg.max_transaction_seconds  # no transaction grows longer
+        enough = self._rate * self.cfg.longest_transaction_seconds  # no transaction grows longer
         waiting = 0
         for st in states.values():
             if waiting >= enough:
@@ -467,6 +505,7 @@ class ShardCopier:
     def _fetch(self, wait: float) -> list:
         self._work_began = time.monotonic()
         msgs = self.consumer.consume(_CONSUME_BATCH, 0)
+        self._waited = not msgs and wait > 0
         if msgs or wait <= 0:
             return msgs
         # consume() with a timeout waits for a full batch; poll() returns at the first record.
@@ -480,7 +519,7 @@ class ShardCopier:
         if self._txn_started is None:
             return False
         age = time.monotonic() - self._txn_started
-        if self._txn_records >= self.cfg.max_records_per_transaction or age >= self.cfg.max_transaction_seconds:
+        if self._txn_records >= self.cfg.max_records_per_transaction or age >= self._bound():
             return True
         # A transaction as long as the backlog is: near the ceiling, a shard that fell behind a
         # little commits a little less often and catches up, instead of falling a second behind and

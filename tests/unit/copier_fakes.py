@@ -135,7 +135,7 @@ def bare_copier(cfg: Any = None, **state: Any) -> ShardCopier:
         "_commit_cost": 0.0, "_rate": 0.0, "_record_cost": 0.0, "_txn_busy": 0.0, "_work_began": 0.0,
         "_cycle_began": None, "_consume_error_logged": -100.0, "_paused": [], "_floors": {},
         "_in_doubt": None, "_states": {}, "_sent_settled": {}, "_settled_checked": 0.0,
-        "_settled_resent": 0.0,
+        "_settled_resent": 0.0, "_behind_until": 0.0, "_catching_up": False, "_waited": False,
     }
     unknown = state.keys() - attrs.keys()
     if unknown:

@@ -88,7 +88,26 @@ def test_a_tasks_first_transaction_ends_at_the_interval_even_in_a_backlog(age, d
 
 
 def test_a_backlog_transaction_ends_at_its_record_bound():
-    assert copier(age=0.1, records=200_000)._due(INF)
+    assert copier(age=0.1, records=ReplicatorConfig().max_records_per_transaction)._due(INF)
+
+
+@pytest.mark.parametrize(("age", "due"), [(1.5, False), (2.01, True)])
+def test_a_catch_up_grows_the_transaction_to_the_catch_up_bound(age, due):
+    c = copier(age=age, catch_up_transaction_seconds=2.0)
+    c._catching_up = True
+    assert c._due(INF) is due
+
+
+def test_a_catch_up_bound_below_the_time_bound_changes_nothing():
+    c = copier(age=1.01, max_transaction_seconds=1.0, catch_up_transaction_seconds=0.5)
+    c._catching_up = True
+    assert c._due(INF)
+
+
+def test_a_tasks_first_transaction_is_no_catch_up():
+    c = copier(age=0.5, committed=False)
+    c._catching_up = True
+    assert c._bound() == ReplicatorConfig().max_transaction_seconds
 
 
 def test_the_wait_for_more_records_ends_when_the_transaction_is_due():
@@ -129,3 +148,47 @@ def test_the_backlog_count_stops_at_what_the_longest_transaction_copies():
     c.consumer = _Watermarks({p: 100_000 for p in range(8)})
     assert c._backlog_s(_states({p: 0 for p in range(8)})) >= 1.0
     assert c.consumer.asked == 1
+
+
+FULL = [object()] * 10_000  # a read that filled its batch (only its length counts here)
+
+
+def test_a_full_read_counts_the_backlog_and_a_short_one_after_it_keeps_that_count():
+    c = copier(rate=10_000.0)
+    c.consumer = _Watermarks({0: 30_000, 1: 0})  # 3 s of this shard's rate wait
+    assert c._backlog(_states({0: 0, 1: 0}), FULL) == pytest.approx(3.0)
+    assert c._catching_up
+    # The local fetch queue ran dry for a moment: the source still holds what was counted.
+    assert c._backlog({}, [object()]) == pytest.approx(3.0, abs=0.05)
+    c._waited = False
+    assert c._backlog({}, []) == pytest.approx(3.0, abs=0.05)
+
+
+def test_a_read_that_waited_and_got_nothing_ends_the_count():
+    c = copier(rate=10_000.0)
+    c.consumer = _Watermarks({0: 30_000})
+    c._backlog(_states({0: 0}), FULL)
+    c._waited = True
+    assert c._backlog({}, []) == 0.0
+    assert not c._catching_up
+
+
+def test_a_small_backlog_is_no_catch_up():
+    c = copier(rate=10_000.0, catch_up_transaction_seconds=2.0)
+    c.consumer = _Watermarks({0: 15_000})
+    assert c._backlog(_states({0: 0}), FULL) == pytest.approx(1.5)
+    assert not c._catching_up
+
+
+def test_before_a_rate_is_measured_a_full_read_counts_no_time_for_later_reads():
+    c = copier(rate=0.0)
+    assert c._backlog(_states({0: 0}), FULL) == INF
+    assert c._backlog({}, [object()]) == 0.0
+
+
+def test_records_known_to_wait_are_waited_for_up_to_the_transactions_bound():
+    c = copier(age=0.9, rate=10_000.0)
+    c._behind_until = time.monotonic() + 10
+    assert c._wait() == pytest.approx(0.1, abs=0.05)  # max_transaction_seconds 1, 0.9 s in
+    c._catching_up = True  # catch_up_transaction_seconds 2: as long as a wait for a first record
+    assert c._wait() == pytest.approx(0.2, abs=0.05)
