@@ -87,4 +87,13 @@ class RepeatFilter(logging.Filter):
 
 class _KafkaPythonRepeats(RepeatFilter):
     def filter(self, record: logging.LogRecord) -> bool:
-        return not record.name.startswith("kafka.") or super().filter(record)
+        if not record.name.startswith("kafka."):
+            return True
+        if record.exc_info and record.exc_info[1] is not None:
+            # kafka-python logs a lost connection with its traceback ("Error receiving network data
+            # closing socket", also from a race on its own closed socket); the client reconnects,
+            # and a traceback in our log reads as a crash of ours. One line, with the error.
+            error = record.exc_info[1]
+            record.msg, record.args = f"{record.getMessage()}: {type(error).__name__}: {error}", None
+            record.exc_info, record.exc_text = None, None
+        return super().filter(record)

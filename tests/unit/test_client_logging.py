@@ -53,6 +53,27 @@ def test_a_broker_that_stays_down_is_one_line_per_window_not_a_flood():
     assert f.filter(r) and "49 more like it" in r.getMessage()
 
 
+def test_kafka_pythons_lost_connection_is_one_line_without_a_traceback():
+    import logging
+    import sys
+
+    from replicator.logs import _KafkaPythonRepeats
+
+    try:
+        None.recv(4096)  # the race kafka-python 3.0.12 logged in make test: its socket closed under it
+    except AttributeError:
+        r = logging.LogRecord("kafka.net.transport", logging.ERROR, "", 0, "%s: Error receiving network data "
+                              "closing socket", ("<KafkaTCPTransport [none] (closed)>",), sys.exc_info())
+    assert _KafkaPythonRepeats().filter(r)
+    line = logging.Formatter("%(message)s").format(r)
+    assert "Traceback" not in line
+    assert line == ("<KafkaTCPTransport [none] (closed)>: Error receiving network data closing socket: "
+                    "AttributeError: 'NoneType' object has no attribute 'recv'")
+    ours = logging.LogRecord("replicator.job", logging.ERROR, "", 0, "failed", None,
+                             (AttributeError, AttributeError("x"), None))
+    assert _KafkaPythonRepeats().filter(ours) and ours.exc_info is not None  # our own tracebacks stay
+
+
 def test_kafka_pythons_slow_step_notes_are_not_operator_warnings(caplog):
     import logging
 
