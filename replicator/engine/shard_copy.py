@@ -339,7 +339,7 @@ class ShardCopier:
                 self.consumer.unassign()
                 self._clear_txn()
                 self._states = {}  # the next attempt's partitions are settled once it sees their ends again
-                self._behind_until, self._catching_up = 0.0, False
+                self._forget_backlog()
                 del producer
             self._report(force=True)  # before backing off: the driver stops taking them as settled
             # The next task learns this task's commits from the driver (floors): a commit in doubt is
@@ -462,8 +462,11 @@ class ShardCopier:
             self._behind_until = now + backlog if backlog < float("inf") else 0.0
             return backlog
         if not msgs and self._waited:
-            self._behind_until, self._catching_up = 0.0, False
+            self._forget_backlog()
         return max(0.0, self._behind_until - now)
+
+    def _forget_backlog(self) -> None:
+        self._behind_until, self._catching_up = 0.0, False
 
     def _bound(self) -> float:
         """How long the open transaction may grow: longer in a catch-up (at least
