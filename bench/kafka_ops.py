@@ -160,3 +160,30 @@ def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int
     if rc != 0:
         raise RuntimeError(f"preloading {topic} failed (exit {rc}); see {log}")
     return time.monotonic() - started
+
+
+def transaction_version(bootstrap: str, level: int | None = None) -> int:
+    """The cluster's finalized `transaction.version`, after setting it to `level` if given (Kafka's
+    FeatureCommand: librdkafka's admin API cannot change features)."""
+    base = ["java", "-cp", classpath(), "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap]
+    if level is not None:
+        current = transaction_version(bootstrap)
+        if level != current:
+            verb = "downgrade" if level < current else "upgrade"
+            subprocess.run([*base, verb, "--feature", f"transaction.version={level}"], check=True,
+                           capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
+    out = subprocess.run([*base, "describe"], check=True, capture_output=True, text=True,
+                         stdin=subprocess.DEVNULL, timeout=120).stdout
+    found = finalized_level(out, "transaction.version")
+    if found is None:
+        raise RuntimeError(f"{bootstrap} reports no transaction.version feature")
+    return found
+
+
+def finalized_level(describe: str, feature: str) -> int | None:
+    """`feature`'s finalized level in FeatureCommand's `describe` output (tab-separated `Key: value`)."""
+    for line in describe.splitlines():
+        fields = dict(f.split(": ", 1) for f in line.split("\t") if ": " in f)
+        if fields.get("Feature") == feature:
+            return int(fields["FinalizedVersionLevel"])
+    return None

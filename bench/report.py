@@ -316,7 +316,9 @@ def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None) -> No
         f"{m['python']}, {m['java']}, Kafka {m['kafka']} (both sandbox clusters: one KRaft broker each, "
         f"512 MiB heap, same box), librdkafka {m['librdkafka']}",
         f"- when: {doc['started']} .. {doc.get('finished', '?')}; {doc['runs']} interleaved runs"
-        + (" (--quick smoke run)" if doc["quick"] else ""),
+        + (" (--quick smoke run)" if doc["quick"] else "")
+        + (f"; the target's transaction.version set to {doc['target_transaction_version']}"
+           if "target_transaction_version" in doc else ""),
         f"- 1-minute load average at the start of each measurement: min {min(loads, default=0):.2f}, "
         f"median {statistics.median(loads) if loads else 0:.2f}, max {max(loads, default=0):.2f} "
         "(2 cores)",

@@ -82,6 +82,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, help="idle window after catch-up, seconds (default 60, quick 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="per catch-up measurement")
     p.add_argument("--no-report", action="store_true", help="keep BENCHMARKS.md as it is")
+    p.add_argument("--target-transaction-version", type=int, choices=(0, 1, 2),
+                   help="set the target cluster's transaction.version for this run, restored after. MirrorMaker "
+                        "2's Java producer uses version 2 (KIP-890) where the cluster offers it; librdkafka, "
+                        "ours, speaks the older protocol either way (BENCHMARKS.md, 2026-12-01 evening)")
     return p.parse_args(argv)
 
 
@@ -132,7 +136,14 @@ def main(argv: list[str] | None = None) -> int:
         RESULTS.write_text(json.dumps(doc, indent=1))
 
     print(f"logs: {logdir}", flush=True)
+    restore_tv = None
     try:
+        if args.target_transaction_version is not None:
+            restore_tv = kafka_ops.transaction_version(box.target.bootstrap)
+            doc["target_transaction_version"] = kafka_ops.transaction_version(
+                box.target.bootstrap, args.target_transaction_version)
+            print(f"target transaction.version {restore_tv} -> {doc['target_transaction_version']} for this run",
+                  flush=True)
         if any(c.key.startswith("replicator") for c in contenders):
             _tidy(lambda: _record_class_archive(box, logdir, stamp))
         if not args.no_catchup:
@@ -227,6 +238,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         save()
+        if restore_tv is not None:
+            _tidy(lambda: kafka_ops.transaction_version(box.target.bootstrap, restore_tv))
         if started_box:
             box.down()
     if not args.no_report:
