@@ -162,22 +162,28 @@ def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int
     return time.monotonic() - started
 
 
-def transaction_version(bootstrap: str, level: int | None = None) -> int:
-    """The cluster's finalized `transaction.version`, after setting it to `level` if given (Kafka's
-    FeatureCommand: librdkafka's admin API cannot change features)."""
-    base = ["java", "-cp", classpath(), "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap]
-    if level is not None:
-        current = transaction_version(bootstrap)
-        if level != current:
-            verb = "downgrade" if level < current else "upgrade"
-            subprocess.run([*base, verb, "--feature", f"transaction.version={level}"], check=True,
-                           capture_output=True, stdin=subprocess.DEVNULL, timeout=120)
-    out = subprocess.run([*base, "describe"], check=True, capture_output=True, text=True,
-                         stdin=subprocess.DEVNULL, timeout=120).stdout
-    found = finalized_level(out, "transaction.version")
+def transaction_version(bootstrap: str) -> int:
+    """The cluster's finalized `transaction.version`."""
+    found = finalized_level(_feature_command(bootstrap, "describe"), "transaction.version")
     if found is None:
         raise RuntimeError(f"{bootstrap} reports no transaction.version feature")
     return found
+
+
+def set_transaction_version(bootstrap: str, level: int) -> int:
+    """Sets the cluster's `transaction.version` to `level`; returns the level it had."""
+    previous = transaction_version(bootstrap)
+    if level != previous:
+        _feature_command(bootstrap, "downgrade" if level < previous else "upgrade", "--feature",
+                         f"transaction.version={level}")
+    return previous
+
+
+def _feature_command(bootstrap: str, *args: str) -> str:
+    """Kafka's FeatureCommand (librdkafka's admin API cannot change features); its output."""
+    cmd = ["java", "-cp", classpath(), "org.apache.kafka.tools.FeatureCommand", "--bootstrap-server", bootstrap, *args]
+    return subprocess.run(cmd, check=True, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                          timeout=120).stdout
 
 
 def finalized_level(describe: str, feature: str) -> int | None:

@@ -139,10 +139,9 @@ def main(argv: list[str] | None = None) -> int:
     restore_tv = None
     try:
         if args.target_transaction_version is not None:
-            restore_tv = kafka_ops.transaction_version(box.target.bootstrap)
-            doc["target_transaction_version"] = kafka_ops.transaction_version(
-                box.target.bootstrap, args.target_transaction_version)
-            print(f"target transaction.version {restore_tv} -> {doc['target_transaction_version']} for this run",
+            restore_tv = kafka_ops.set_transaction_version(box.target.bootstrap, args.target_transaction_version)
+            doc["target_transaction_version"] = args.target_transaction_version
+            print(f"target transaction.version {restore_tv} -> {args.target_transaction_version} for this run",
                   flush=True)
         if any(c.key.startswith("replicator") for c in contenders):
             _tidy(lambda: _record_class_archive(box, logdir, stamp))
@@ -239,7 +238,7 @@ def main(argv: list[str] | None = None) -> int:
         doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         save()
         if restore_tv is not None:
-            _tidy(lambda: kafka_ops.transaction_version(box.target.bootstrap, restore_tv))
+            _tidy(lambda: kafka_ops.set_transaction_version(box.target.bootstrap, restore_tv))
         if started_box:
             box.down()
     if not args.no_report:
