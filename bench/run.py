@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--sizes ...] [--no-catchup]
         [--no-steady] [--steady-sizes 1024,100] [--steady-fractions ...] [--steady-step-s S] [--max-rate ...]
-        [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S]
+        [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S] [--merge]
 
 Parts, in this order: catch-up (every contender, preloaded topics), steady state + restart (replicator
 and MM2 exactly-once, fixed rates per record size; restart at the first size only), many partitions
@@ -12,7 +12,8 @@ Run r measures every contender for every record size before run r+1 starts, so a
 this shared machine hits every contender alike and the ratios stay meaningful; the order rotates from
 run to run (A B C, B C A, C A B), so no contender is always first after a topic deletion.
 Results go to bench/results.json after every measurement and to BENCHMARKS.md + bench/throughput.png
-at the end.
+at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady, --no-many) keep
+the rows bench/results.json already holds, and the report names the command that measured each part.
 """
 
 from __future__ import annotations
@@ -28,7 +29,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from bench import catchup, kafka_ops, many, reaper, report, steady
+from bench import catchup, kafka_ops, many, parts, reaper, report, steady
 from bench.contenders import Job, all_contenders
 from bench.proctree import Tree
 from replicator.sandbox import Sandbox
@@ -82,6 +83,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--idle-s", type=float, help="idle window after catch-up, seconds (default 60, quick 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="per catch-up measurement")
     p.add_argument("--no-report", action="store_true", help="keep BENCHMARKS.md as it is")
+    p.add_argument("--merge", action="store_true",
+                   help="keep the rows bench/results.json holds for the parts this run skips (--no-catchup, "
+                        "--no-steady, --no-many): one part re-measured, the report still shows all of them")
     p.add_argument("--target-transaction-version", type=int, choices=(0, 1, 2),
                    help="set the target cluster's transaction.version for this run, restored after. MirrorMaker "
                         "2's Java producer uses version 2 (KIP-890) where the cluster offers it; librdkafka, "
@@ -124,6 +128,8 @@ def main(argv: list[str] | None = None) -> int:
            "quick": args.quick, "partitions": PARTITIONS, "catchup": [], "steady": [], "restart": [],
            "steady_errors": [], "many": [], "many_size": args.many_size, "load": []}
     seq = 0
+    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many)
+    earlier = json.loads(RESULTS.read_text()) if args.merge and RESULTS.exists() else None
 
     def job(topic: str, size: int, records: int, **kw) -> Job:
         nonlocal seq
@@ -133,7 +139,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"x{stamp}{seq:03d}", logdir, broker_pids=brokers, **kw)
 
     def save() -> None:
-        RESULTS.write_text(json.dumps(doc, indent=1))
+        RESULTS.write_text(json.dumps(parts.merged(doc, measured_now, earlier), indent=1))
 
     print(f"logs: {logdir}", flush=True)
     restore_tv = None
@@ -213,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"many partitions: {topics} topics x {partitions} partitions, {total} x {args.many_size} "
                           f"B created and filled in {took:.1f}s", flush=True)
                     for run in range(1, runs + 1):
-                        for c in many_contenders:
+                        for c in rotated(many_contenders, run):
                             j = job(f"many-{mstamp}", args.many_size, total)
                             j = dataclasses.replace(j, partitions=partitions,
                                                     topics_regex=f"many-{mstamp}-[0-9]+")
@@ -242,7 +248,8 @@ def main(argv: list[str] | None = None) -> int:
         if started_box:
             box.down()
     if not args.no_report:
-        report.write(doc, ROOT / "BENCHMARKS.md", ROOT / "bench" / "throughput.png")
+        report.write(parts.merged(doc, measured_now, earlier), ROOT / "BENCHMARKS.md",
+                     ROOT / "bench" / "throughput.png")
     return 0
 
 

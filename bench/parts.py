@@ -1,0 +1,57 @@
+"""The parts of a results document (bench/results.json), and `--merge`: one part re-measured, the
+others kept from the document an earlier invocation wrote.
+
+A full `make bench` takes well over an hour; the many-partitions shape at 5,000 partitions alone takes
+most of one. Merging lets each part be measured on its own and still be reported together, with the
+command, time and load of the invocation that measured it.
+"""
+
+from __future__ import annotations
+
+# A part's name -> the keys of the results document that hold its rows (lists) and its settings.
+PARTS: dict[str, tuple[str, ...]] = {
+    "catch-up": ("catchup", "partitions"),
+    "steady state and restart": ("steady", "restart", "steady_errors"),
+    "many partitions": ("many", "many_size"),
+}
+# What describes one invocation (the report's header lines).
+INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "load", "target_transaction_version")
+
+
+def measured(no_catchup: bool, no_steady: bool, no_many: bool) -> list[str]:
+    skipped = {"catch-up": no_catchup, "steady state and restart": no_steady, "many partitions": no_many}
+    return [p for p in PARTS if not skipped[p]]
+
+
+def merged(new: dict, measured_now: list[str], old: dict | None) -> dict:
+    """`new` with the rows of every part it did not measure taken from `old`. Each kept part stays
+    attributed to the invocation that measured it, under "earlier" (one entry per invocation)."""
+    doc = {**new, "parts": list(measured_now)}
+    if not old:
+        doc["earlier"] = []
+        return doc
+    earlier = []
+    # An older document's own "earlier" entries first: a part is kept from wherever it was measured.
+    own = {k: old[k] for k in INVOCATION if k in old}
+    for inv in [*old.get("earlier", []), {**own, "parts": _parts_of(old)}]:
+        kept = [p for p in inv["parts"] if p not in measured_now]
+        if not kept:
+            continue
+        earlier.append({**inv, "parts": kept})
+        for p in kept:  # every part's rows sit at the top of a document, wherever they were measured
+            for key in PARTS[p]:
+                if key in old:
+                    doc[key] = old[key]
+    doc["earlier"] = earlier
+    return doc
+
+
+def _parts_of(doc: dict) -> list[str]:
+    """The parts a document's own invocation measured (documents from before "parts" existed: the
+    parts that hold rows, less those kept from earlier invocations)."""
+    if "parts" in doc:
+        own = doc["parts"]
+    else:
+        own = [p for p, keys in PARTS.items() if any(isinstance(doc.get(k), list) and doc[k] for k in keys)]
+    elsewhere = {p for inv in doc.get("earlier", []) for p in inv["parts"]}
+    return [p for p in own if p not in elsewhere]

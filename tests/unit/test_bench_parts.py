@@ -1,0 +1,60 @@
+"""`bench.run --merge`: a part re-measured alone, the others kept with the invocation that measured them."""
+
+from bench import report
+from bench.parts import measured, merged
+
+MACHINE = {"cpu": "AMD EPYC", "cores": 2, "memory_gib": 23.5, "kernel": "6.18", "python": "3.11.7",
+           "java": "openjdk 17", "kafka": "4.1.2", "librdkafka": "2.16.0"}
+
+
+def _doc(command: str, **rows) -> dict:
+    base = {"command": command, "machine": MACHINE, "started": f"{command} start", "finished": f"{command} end",
+            "runs": 3, "quick": False, "load": [[0.0, 2.0, 0.0, 0.0]], "partitions": 8, "many_size": 512,
+            "catchup": [], "steady": [], "restart": [], "steady_errors": [], "many": []}
+    return {**base, **rows}
+
+
+FULL = _doc("full", catchup=[{"c": 1}], steady=[{"s": 1}], restart=[{"r": 1}])  # written before "parts" existed
+
+
+def test_a_part_measured_now_replaces_only_its_own_rows():
+    many_only = _doc("many", many=[{"m": 1}], many_size=256)
+    doc = merged(many_only, measured(True, True, False), FULL)
+    assert doc["many"] == [{"m": 1}] and doc["many_size"] == 256
+    assert doc["catchup"] == [{"c": 1}] and doc["steady"] == [{"s": 1}] and doc["restart"] == [{"r": 1}]
+    assert doc["parts"] == ["many partitions"]
+    assert [(e["command"], e["parts"]) for e in doc["earlier"]] == [
+        ("full", ["catch-up", "steady state and restart"])]
+
+
+def test_merging_twice_keeps_each_part_with_the_invocation_that_measured_it():
+    first = merged(_doc("many", many=[{"m": 1}]), ["many partitions"], FULL)
+    second = merged(_doc("steady", steady=[{"s": 2}], restart=[{"r": 2}]), ["steady state and restart"], first)
+    assert second["catchup"] == [{"c": 1}] and second["steady"] == [{"s": 2}] and second["many"] == [{"m": 1}]
+    assert sorted((e["command"], tuple(e["parts"])) for e in second["earlier"]) == [
+        ("full", ("catch-up",)), ("many", ("many partitions",))]
+
+
+def test_a_run_that_measures_everything_keeps_nothing():
+    doc = merged(_doc("again", catchup=[{"c": 2}]), measured(False, False, False), FULL)
+    assert doc["earlier"] == [] and doc["catchup"] == [{"c": 2}] and doc["steady"] == []
+
+
+def test_without_merge_the_document_is_this_invocations_alone():
+    doc = merged(_doc("alone", many=[{"m": 1}]), ["many partitions"], None)
+    assert doc["earlier"] == [] and doc["catchup"] == []
+
+
+def test_the_report_names_each_parts_command(tmp_path):
+    # No rows, so no tables or charts to draw: the header is what is checked.
+    full = {**_doc("full"), "parts": ["catch-up", "steady state and restart"]}
+    doc = merged(_doc("bench.run --no-catchup --no-steady --merge"), ["many partitions"], full)
+    md = tmp_path / "BENCHMARKS.md"
+    md.write_text("old tables\n<!-- analysis -->\nkept analysis\n")
+    report.write(doc, md, tmp_path / "t.png", tmp_path / "l.png")
+    text = md.read_text()
+    head = text[:text.index("###") if "###" in text else len(text)]
+    assert "- **catch-up, steady state and restart**:\n  - command: `full`" in head
+    assert "- **many partitions**:\n  - command: `bench.run --no-catchup --no-steady --merge`" in head
+    assert head.index("catch-up, steady") < head.index("many partitions")
+    assert text.endswith("<!-- analysis -->\nkept analysis\n")
