@@ -15,7 +15,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "many partitions": ("many", "many_size"),
 }
 # What describes one invocation (the report's header lines).
-INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "load", "target_transaction_version")
+INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "load", "target_transaction_version",
+              "broker_heap")
 
 
 def measured(no_catchup: bool, no_steady: bool, no_many: bool) -> list[str]:

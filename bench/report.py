@@ -302,6 +302,12 @@ def many_tables(doc: dict) -> list[str]:
     return out
 
 
+def _max_heap(jvm_options: str) -> str:
+    """"-Xms512m -Xmx2g" -> "2 GiB" (documents from before the heap was recorded ran with 512 MiB)."""
+    xmx = next((o[4:] for o in jvm_options.split() if o.startswith("-Xmx")), "512m")
+    return f"{xmx[:-1]} {'GiB' if xmx[-1] in 'gG' else 'MiB'}" if xmx[-1] in "gGmM" else xmx
+
+
 def _invocation_lines(inv: dict) -> list[str]:
     """What one `bench.run` invocation was: command, machine, when, and how loaded the box was."""
     m = inv["machine"]
@@ -310,7 +316,7 @@ def _invocation_lines(inv: dict) -> list[str]:
         f"- command: `{inv['command']}`",
         f"- machine: {m['cpu']}, {m['cores']} cores, {m['memory_gib']} GiB, Linux {m['kernel']}, Python "
         f"{m['python']}, {m['java']}, Kafka {m['kafka']} (both sandbox clusters: one KRaft broker each, "
-        f"512 MiB heap, same box), librdkafka {m['librdkafka']}",
+        f"{_max_heap(inv.get('broker_heap', '-Xmx512m'))} heap, same box), librdkafka {m['librdkafka']}",
         f"- when: {inv['started']} .. {inv.get('finished', '?')}; {inv['runs']} interleaved runs"
         + (" (--quick smoke run)" if inv["quick"] else "")
         + (f"; the target's transaction.version set to {inv['target_transaction_version']}"

@@ -126,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"command": " ".join([".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
            "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
            "quick": args.quick, "partitions": PARTITIONS, "catchup": [], "steady": [], "restart": [],
-           "steady_errors": [], "many": [], "many_size": args.many_size, "load": []}
+           "steady_errors": [], "many": [], "many_size": args.many_size, "load": [],
+           "broker_heap": box.source.heap}
     seq = 0
     measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many)
     earlier = json.loads(RESULTS.read_text()) if args.merge and RESULTS.exists() else None

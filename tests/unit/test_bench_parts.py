@@ -58,3 +58,13 @@ def test_the_report_names_each_parts_command(tmp_path):
     assert "- **many partitions**:\n  - command: `bench.run --no-catchup --no-steady --merge`" in head
     assert head.index("catch-up, steady") < head.index("many partitions")
     assert text.endswith("<!-- analysis -->\nkept analysis\n")
+
+
+def test_the_header_names_the_brokers_heap_each_invocation_ran_with(tmp_path):
+    full = {**_doc("full"), "parts": ["catch-up"]}  # written before the heap was recorded: 512 MiB
+    doc = merged({**_doc("many"), "broker_heap": "-Xms512m -Xmx2g"}, ["many partitions"], full)
+    md = tmp_path / "BENCHMARKS.md"
+    report.write(doc, md, tmp_path / "t.png", tmp_path / "l.png")
+    lines = md.read_text().splitlines()
+    assert "512 MiB heap" in lines[lines.index("- **catch-up**:") + 2]
+    assert "2 GiB heap" in lines[lines.index("- **many partitions**:") + 2]
