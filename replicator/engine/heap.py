@@ -23,12 +23,19 @@ import gc
 FULL_COLLECTION_EVERY = 100
 
 
+_settled = False
+
+
 def settle() -> None:
     """Frees what is garbage now, then freezes the rest; once per process (later calls do nothing).
     Objects that become garbage later are still freed by their reference counts; only reference
     cycles among the frozen ones would stay."""
-    if gc.get_freeze_count():
+    global _settled
+    # A flag, not gc.get_freeze_count(): that walks the whole frozen list, 21 ms at 150,000 objects,
+    # and the driver asks at every progress tick (0.4 % of a core of an idle job; BENCHMARKS.md).
+    if _settled:
         return
+    _settled = True
     gc.collect()
     gc.freeze()
     young, middle, _ = gc.get_threshold()

@@ -7,9 +7,10 @@ from replicator.engine import heap
 
 
 @pytest.fixture
-def fresh_collector():
+def fresh_collector(monkeypatch):
     threshold = gc.get_threshold()
     gc.unfreeze()
+    monkeypatch.setattr(heap, "_settled", False)
     yield
     gc.unfreeze()
     gc.set_threshold(*threshold)

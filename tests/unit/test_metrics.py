@@ -107,6 +107,36 @@ def test_lag_gauges_follow_the_partitions_looked_up(monkeypatch):
         assert value(obs, "replicator_lag_records", **labels(0)) == want
 
 
+def test_lag_gauges_when_the_lookup_hands_back_the_same_objects(monkeypatch):
+    """The lookup reuses a caught-up partition's object between ticks; the observer skips those, and
+    must still see every change of value, of age and of the selection itself."""
+    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags: lags)
+    obs = MetricsObserver(CFG)
+    lags = [PartitionLag("orders", "east.orders", p, 100, 100, 0, -1) for p in range(3)]
+    obs.on_lag(lags)
+    obs.on_lag(list(lags))
+    assert [value(obs, "replicator_lag_records", **labels(p)) for p in range(3)] == [0, 0, 0]
+    # One partition falls behind: a new object in the same place.
+    lags[1] = PartitionLag("orders", "east.orders", 1, 107, 100, 0, oldest_timestamp_ms=1_000)
+    obs.on_lag(list(lags))
+    assert value(obs, "replicator_lag_records", **labels(1)) == 7 and obs.lag_total == 7
+    first_age = value(obs, "replicator_lag_seconds", **labels(1))
+    # The same lagging object again: its age still grows with the clock.
+    monkeypatch.setattr("replicator.ops.metrics.time.time", lambda: 2e9)
+    obs.on_lag(list(lags))
+    assert value(obs, "replicator_lag_seconds", **labels(1)) == 2e9 - 1 > first_age
+    # Caught up again.
+    lags[1] = PartitionLag("orders", "east.orders", 1, 107, 107, 0, -1)
+    obs.on_lag(list(lags))
+    assert value(obs, "replicator_lag_records", **labels(1)) == 0 and obs.lag_total == 0
+    # As many partitions, but another topic's in the last place: the old one's gauges go.
+    other = PartitionLag("payments", "east.payments", 0, 3, 0, 0, oldest_timestamp_ms=1_000)
+    obs.on_lag([*lags[:2], other])
+    assert value(obs, "replicator_lag_records", **labels(2)) is None
+    assert value(obs, "replicator_lag_records", topic="payments", partition="0", target_topic="east.payments") == 3
+    assert obs.lag_total == 3
+
+
 def test_deleted_source_topics_are_counted():
     obs = MetricsObserver(CFG)
     obs.on_topic_deleted("orders")
