@@ -226,5 +226,10 @@ def stop(spark) -> None:
         log.info("recorded the Spark class-data archive %s: later starts load Spark faster", archive,
                  extra={"event": "class_archive_written"})
     else:
+        if code is not None:  # the timeout above said so already
+            log.warning("the Spark class-data archive was not recorded: the JVM exited with code %s and %s; "
+                        "later starts load Spark without it", code,
+                        "wrote an archive" if pending.is_file() and pending.stat().st_size else "wrote none",
+                        extra={"event": "class_archive_skipped"})
         with contextlib.suppress(OSError):
             pending.unlink()

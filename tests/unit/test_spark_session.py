@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+from pathlib import Path
 
 from replicator.config import ReplicatorConfig
 from replicator.engine import spark_session
@@ -45,3 +46,52 @@ def test_spark_logs_one_json_object_per_line_in_json_mode():
     assert props["rootLogger.level"] == "error"
     text = dict(line.split(" = ", 1) for line in spark_session.log4j2_properties("text").splitlines() if line)
     assert text["appender.console.layout.pattern"] == "%d{HH:mm:ss} %p %c: %m%n"
+
+
+class _Gateway:
+    """What `stop()` touches of PySpark's gateway once Spark is stopped: the JVM's process."""
+
+    def __init__(self, code: int, writes: Path | None) -> None:
+        self.proc = self
+        self.stdin = self
+        self._code, self._writes = code, writes
+
+    def shutdown(self) -> None:
+        pass
+
+    def close(self) -> None:
+        pass
+
+    def wait(self, timeout: float) -> int:
+        if self._writes is not None:
+            self._writes.write_bytes(b"archive")
+        return self._code
+
+
+class _Spark:
+    def stop(self) -> None:
+        pass
+
+
+def _stop_recording(monkeypatch, tmp_path, code: int, writes: bool) -> Path:
+    from pyspark import SparkContext
+
+    archive = tmp_path / "spark.jsa"
+    pending = tmp_path / "spark.jsa.1.tmp"
+    monkeypatch.setattr(SparkContext, "_gateway", _Gateway(code, pending if writes else None), raising=False)
+    monkeypatch.setattr(spark_session, "_recording", (pending, archive))
+    spark_session.stop(_Spark())
+    assert not pending.exists()
+    return archive
+
+
+def test_a_recorded_archive_is_published_when_the_jvm_exits_cleanly(monkeypatch, tmp_path):
+    assert _stop_recording(monkeypatch, tmp_path, 0, writes=True).read_bytes() == b"archive"
+
+
+def test_an_archive_not_recorded_says_why(monkeypatch, tmp_path, caplog):
+    with caplog.at_level("WARNING", logger="replicator.spark_session"):
+        assert not _stop_recording(monkeypatch, tmp_path, 1, writes=True).exists()
+    [record] = caplog.records
+    assert "exited with code 1 and wrote an archive" in record.getMessage()
+    assert record.event == "class_archive_skipped"
