@@ -7,7 +7,6 @@ from __future__ import annotations
 import socket
 import subprocess
 import sys
-import threading
 from types import SimpleNamespace
 
 import pytest
@@ -18,9 +17,11 @@ from tests.chaos import netfault
 def test_partition_cuts_the_port_and_is_always_removed():
     server = socket.socket()
     server.bind(("127.0.0.1", 0))
-    server.listen()
+    # No accept(): the kernel completes a handshake into the listen backlog, which is all a probe
+    # needs. An accept thread outlived its socket and, once the fd number was reused, failed inside
+    # whichever test ran next (or could have taken that test's connections).
+    server.listen(16)
     port = server.getsockname()[1]
-    threading.Thread(target=lambda: [server.accept() for _ in range(2)], daemon=True).start()
 
     def reachable() -> bool:
         try:
@@ -50,8 +51,7 @@ def test_isolation_cuts_one_broker_off_from_the_others_but_not_from_clients():
     for i in range(3):
         server = socket.socket()
         server.bind((f"127.0.0.{i + 2}", 0))
-        server.listen(16)
-        threading.Thread(target=lambda s=server: [s.accept() for _ in range(16)], daemon=True).start()
+        server.listen(16)  # probes complete into the backlog (see the test above)
         port = server.getsockname()[1]
         servers.append(server)
         nodes.append(SimpleNamespace(host=f"127.0.0.{i + 2}", port=port, isolation_gid=200_000 + port))
