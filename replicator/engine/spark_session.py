@@ -221,15 +221,15 @@ def stop(spark) -> None:
         code = None
         log.info("the Spark class-data archive was not recorded: the JVM needed more than %.0f s to write it, "
                  "nothing was published", _ARCHIVE_WRITE_S, extra={"event": "class_archive_skipped"})
-    if code == 0 and pending.is_file() and pending.stat().st_size > 0:
+    written = pending.is_file() and pending.stat().st_size > 0
+    if code == 0 and written:
         os.replace(pending, archive)
         log.info("recorded the Spark class-data archive %s: later starts load Spark faster", archive,
                  extra={"event": "class_archive_written"})
     else:
         if code is not None:  # the timeout above said so already
             log.warning("the Spark class-data archive was not recorded: the JVM exited with code %s and %s; "
-                        "later starts load Spark without it", code,
-                        "wrote an archive" if pending.is_file() and pending.stat().st_size else "wrote none",
+                        "later starts load Spark without it", code, "wrote an archive" if written else "wrote none",
                         extra={"event": "class_archive_skipped"})
         with contextlib.suppress(OSError):
             pending.unlink()
