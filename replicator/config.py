@@ -174,14 +174,15 @@ class ReplicatorConfig:
 
 
 def _positive_int(key: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
+    # One wording for every refusal, so a user who fixes the type is not surprised by the range next.
+    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
     if isinstance(value, bool):
-        raise ConfigError(key, f"expected an integer >= {minimum}, got a boolean")
+        raise ConfigError(key, f"expected an integer {bound}, got a boolean")
     try:
         number = int(str(value).replace("_", ""))
     except ValueError:
-        raise ConfigError(key, f"expected an integer >= {minimum}, got {value!r}") from None
+        raise ConfigError(key, f"expected an integer {bound}, got {value!r}") from None
     if number < minimum or (maximum is not None and number > maximum):
-        bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
         raise ConfigError(key, f"expected an integer {bound}, got {number}")
     return number
 

@@ -122,6 +122,13 @@ def test_invalid_values_from_the_file_and_the_environment_name_the_key(tmp_path)
     assert e.value.key == "commit_interval_ms"
 
 
+@pytest.mark.parametrize("value", ["two", True, 0, 5000])
+def test_a_bounded_integer_names_its_whole_range_whatever_is_wrong(value):
+    with pytest.raises(ConfigError) as e:
+        load(_flags({"shards": value}), environ={})
+    assert e.value.key == "shards" and "between 1 and 4096" in str(e.value), str(e.value)
+
+
 def test_secret_values_never_appear_in_errors():
     with pytest.raises(ConfigError) as e:
         load(_flags({"source": {"sasl.password": "hunter2", "security.protocol": "SASL_PLAINTXT"}}), environ={})
