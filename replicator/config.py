@@ -188,20 +188,36 @@ def _positive_int(key: str, value: Any, minimum: int = 1, maximum: int | None = 
 
 
 def _positive_float(key: str, value: Any) -> float:
+    if isinstance(value, bool):  # YAML reads yes/no/on/off as booleans, and float(True) is 1.0
+        raise ConfigError(key, "expected a finite positive number, got a boolean")
     try:
         number = float(value)
     except (TypeError, ValueError):
-        raise ConfigError(key, f"expected a positive number, got {value!r}") from None
+        raise ConfigError(key, f"expected a finite positive number, got {value!r}") from None
     if not 0 < number < float("inf"):
         raise ConfigError(key, f"expected a finite positive number, got {number}")
     return number
 
 
+def _replication_factor(key: str, value: Any) -> int:
+    if str(value).strip() == "-1":
+        return -1
+    try:
+        return _positive_int(key, value, 1, 32767)
+    except ConfigError:
+        raise ConfigError(key, "expected -1 (the target broker's default) or an integer between 1 and 32767, "
+                          f"got {value!r}") from None
+
+
 def _choice(*allowed: str) -> Callable[[str, Any], str]:
+    canonical = {a.lower(): a for a in allowed}
+
     def check(key: str, value: Any) -> str:
-        if value not in allowed:
+        # `log_level: info` or REPLICATOR_GUARANTEE=Exactly-Once mean what they say; only the spelling differs.
+        found = canonical.get(value.strip().lower()) if isinstance(value, str) else None
+        if found is None:
             raise ConfigError(key, f"expected one of {', '.join(allowed)}; got {value!r}")
-        return value
+        return found
     return check
 
 
@@ -363,7 +379,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "target_alias": _alias,
     "refresh_topics_interval_seconds": _positive_float,
     "offsets_refresh_interval_seconds": _positive_float,
-    "replication_factor": lambda k, v: -1 if str(v) == "-1" else _positive_int(k, v, 1, 32767),
+    "replication_factor": _replication_factor,
     "sync_topic_configs": _boolean,
     "sync_topic_configs_interval_seconds": _positive_float,
     "config_sync_exclude": _regex_list,

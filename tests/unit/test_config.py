@@ -129,6 +129,33 @@ def test_a_bounded_integer_names_its_whole_range_whatever_is_wrong(value):
     assert e.value.key == "shards" and "between 1 and 4096" in str(e.value), str(e.value)
 
 
+@pytest.mark.parametrize("value", [0, -2, 40000, "three", True])
+def test_replication_factor_refusals_name_the_default_too(value):
+    with pytest.raises(ConfigError) as e:
+        load(_flags({"replication_factor": value}), environ={})
+    assert e.value.key == "replication_factor" and "-1" in str(e.value) and "32767" in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("value, factor", [("-1", -1), (-1, -1), (3, 3), ("2", 2)])
+def test_replication_factor_accepts_the_default_and_counts(value, factor):
+    assert load(_flags({"replication_factor": value}), environ={}).replication_factor == factor
+
+
+@pytest.mark.parametrize("value", [True, False])
+def test_a_yaml_boolean_is_not_taken_for_seconds(value):
+    with pytest.raises(ConfigError) as e:
+        load(_flags({"batch_duration_seconds": value}), environ={})
+    assert e.value.key == "batch_duration_seconds" and "boolean" in str(e.value), str(e.value)
+
+
+def test_choices_are_read_in_any_case_and_stored_as_documented():
+    cfg = load(_flags({"log_level": "info", "guarantee": " Exactly-Once", "on_data_loss": "SKIP"}), environ={})
+    assert (cfg.log_level, cfg.guarantee, cfg.on_data_loss) == ("INFO", "exactly-once", "skip")
+    with pytest.raises(ConfigError) as e:
+        load(_flags({"log_level": "verbose"}), environ={})
+    assert e.value.key == "log_level" and "DEBUG, INFO, WARNING, ERROR" in str(e.value)
+
+
 def test_secret_values_never_appear_in_errors():
     with pytest.raises(ConfigError) as e:
         load(_flags({"source": {"sasl.password": "hunter2", "security.protocol": "SASL_PLAINTXT"}}), environ={})
