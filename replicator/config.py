@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import os
 import re
 from collections.abc import Callable, Mapping
@@ -23,6 +24,8 @@ from replicator import secret_refs
 ENV_PREFIX = "REPLICATOR_"
 _SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
+# The brokers' default transaction.max.timeout.ms: a producer asking for more is refused at init_transactions().
+_MAX_TRANSACTION_TIMEOUT_MS = 900_000
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
 # Keys the replicator sets itself on its clients; overriding them would break exactly-once.
@@ -371,7 +374,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "max_records_per_transaction": lambda k, v: _positive_int(k, v, 1),
     "max_transaction_seconds": _positive_float,
     "catch_up_transaction_seconds": _positive_float,
-    "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, 900_000),
+    "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, _MAX_TRANSACTION_TIMEOUT_MS),
     "trigger_interval_ms": lambda k, v: _positive_int(k, v, 0),
     "on_data_loss": _choice("fail", "skip"),
     "replication_policy": _choice("identity", "prefix"),
@@ -474,7 +477,11 @@ def load(flags: Mapping[str, Any] | None = None, config_file: str | Path | None 
                                                       "topic would be copied onto itself; use another cluster or "
                                                       "replication_policy=prefix")
     if config.transaction_timeout_ms < config.longest_transaction_seconds * 1000 * 2:
-        raise ConfigError("transaction_timeout_ms", "must be at least twice the longest transaction (the larger "
-                                                    "of max_transaction_seconds and catch_up_transaction_seconds) "
-                                                    "so a transaction never outlives its timeout")
+        longest, needed = config.longest_transaction_seconds, math.ceil(config.longest_transaction_seconds * 2000)
+        fix = (f"use >= {needed} or shorter transactions" if needed <= _MAX_TRANSACTION_TIMEOUT_MS else
+               f"transactions can last at most {_MAX_TRANSACTION_TIMEOUT_MS // 2000} s")
+        raise ConfigError("transaction_timeout_ms", f"{config.transaction_timeout_ms} ms must be at least twice the "
+                                                    f"longest transaction, {longest:g} s (the larger of "
+                                                    "max_transaction_seconds and catch_up_transaction_seconds), so "
+                                                    f"a transaction never outlives its timeout: {fix}")
     return config
