@@ -34,6 +34,7 @@ PROGRESS_INTERVAL_S = 5.0
 # A lookup that waits longer (a topic deleted between the selection and the lookup: the client
 # retries its unknown partitions) only delays the progress line; the next one asks again.
 LAG_LOOKUP_TIMEOUT_S = 10.0
+SLOW_CLUSTER_CALL_S = 2 * PROGRESS_INTERVAL_S
 # Spark gives each Python worker it spawns on its own (not through a fork-server daemon, which the job
 # does not use: spark_session) 10 s to connect back, hard-coded in
 # PythonWorkerFactory.createSimpleWorker (Spark 4.x, no setting). On a crowded machine an
@@ -368,6 +369,7 @@ class Replicator:
             except StreamingQueryException:
                 break  # reported below from query.exception(), as a one-line cause
             if time.monotonic() >= next_discovery:
+                asked = time.monotonic()
                 if self._promoted(target):
                     self._stop_query()
                     break
@@ -377,12 +379,15 @@ class Replicator:
                 except KafkaException as e:
                     log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
                                 self.cfg.refresh_topics_interval_seconds)
+                _warn_if_slow("topic discovery", asked)
                 next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
             if time.monotonic() >= next_progress:
+                asked = time.monotonic()
                 try:
                     lag_reader = lag_reader or LagReader(self.cfg, LAG_LOOKUP_TIMEOUT_S)
                     lags = lag_reader.lags(self.mappings, self.stats.settled())
                     lag = sum(x.records for x in lags)
+                    _warn_if_slow("the lag lookup", asked)
                 except KafkaException as e:
                     lag, lags = -1, []
                     log.warning("lag lookup failed: %s", e.args[0].str())
@@ -393,9 +398,12 @@ class Replicator:
                     o.on_lag(lags)
                 rate = (self.stats.records - last_records) / PROGRESS_INTERVAL_S
                 last_records = self.stats.records
-                log.info("progress: %d records copied (%.0f/s), lag %s offsets over %d partitions, %d batches",
-                         self.stats.records, rate, lag, len(lags), self.stats.batches,
-                         extra={"records_total": self.stats.records, "lag_records": lag})
+                # Transactions, not micro-batches: a batch runs for minutes and commits all along.
+                log.info("progress: %d records copied (%.0f/s), lag %s offsets over %d partitions, "
+                         "%d transactions committed", self.stats.records, rate, lag, len(lags),
+                         self.stats.transactions,
+                         extra={"records_total": self.stats.records, "lag_records": lag,
+                                "transactions_total": self.stats.transactions})
                 next_progress = time.monotonic() + PROGRESS_INTERVAL_S
                 heap.settle()  # once per process: by the first lookup the lasting heap is built
         if lag_reader is not None:
@@ -439,7 +447,9 @@ class Replicator:
         try:
             if not promotion.promoted(target, self.cfg.name):
                 return False
-        except KafkaException:
+        except KafkaException as e:  # the copy cannot commit on a target that does not answer either
+            log.warning("promotion check failed: %s; retrying in %gs", e.args[0].str(),
+                        self.cfg.refresh_topics_interval_seconds)
             return False
         log.error("the target was promoted (switchover/failover): stopping, this direction must not copy again",
                   extra={"event": "promoted"})
@@ -572,6 +582,14 @@ def _driver_host(cfg: ReplicatorConfig, spark) -> str:
     if cfg.spark_master.startswith("local"):
         return "127.0.0.1"
     return spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+
+
+def _warn_if_slow(what: str, started: float) -> None:
+    """The progress line, lag gauges and discovery share the driver's loop: without this, a cluster
+    that answers late (a stalled broker, a partition) only makes the progress line go quiet."""
+    if (took := time.monotonic() - started) > SLOW_CLUSTER_CALL_S:
+        log.warning("%s took %.0f s: a cluster answered late, and progress and lag updates waited for it",
+                    what, took, extra={"event": "cluster_call_slow", "seconds": round(took, 1)})
 
 
 def _root_cause(error) -> str:

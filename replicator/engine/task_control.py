@@ -39,6 +39,7 @@ class ControlServer:
 
     def __init__(self, on_stats: Callable[[dict], None] | None = None, host: str = "127.0.0.1") -> None:
         self.records = 0
+        self.transactions = 0
         self.batches = 0
         self._lock = threading.Lock()
         self._on_stats = on_stats
@@ -98,6 +99,7 @@ class ControlServer:
     def add(self, stats: dict) -> None:
         with self._lock:
             self.records += stats.get("records", 0)
+            self.transactions += stats.get("transactions", 0)
             self.batches += stats.get("batches", 0)
             if not stats.get("batches") and "batch" in stats:
                 batch = int(stats["batch"])

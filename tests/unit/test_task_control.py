@@ -23,14 +23,14 @@ def test_stats_reach_the_driver_and_only_the_running_batch_is_ended():
         new._last = 0.0
         assert new.stop_requested()
         assert received == [{"batch": 3, "shard": 0, "records": 5, "transactions": 1}]  # says whose they are
-        assert server.records == 5 and server.batches == 0
+        assert server.records == 5 and server.transactions == 1 and server.batches == 0
         new.report({"records": 2, "transactions": 1})
         server.batch_ended(3, 300.5)  # Spark finished batch 3: one event with what its tasks committed
         assert server.batches == 1
         assert received[-1] == {"batch": 3, "batches": 1, "batch_records": 5, "batch_seconds": 300.5}
         server.batch_ended(4, 2.0)
         assert received[-1] == {"batch": 4, "batches": 1, "batch_records": 2, "batch_seconds": 2.0}
-        assert server.records == 7
+        assert server.records == 7 and server.transactions == 2  # a batch's end adds none of its own
         old.close()
         new.close()
     finally:
