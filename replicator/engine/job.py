@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import Protocol
 
 from confluent_kafka import KafkaException
+from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
 from replicator.access import permissions
@@ -313,6 +314,8 @@ class Replicator:
                 try:
                     self._watch()
                     return
+                except (Py4JError, ConnectionError) as e:
+                    raise RuntimeFailure(_jvm_gone(self.stop_requested.is_set(), e)) from None
                 except TransientQueryFailure as e:
                     failed_in_a_row = 1 if self.stats.records > copied_before else failed_in_a_row + 1
                     if failed_in_a_row > QUERY_RESTARTS:
@@ -582,6 +585,15 @@ def _driver_host(cfg: ReplicatorConfig, spark) -> str:
     if cfg.spark_master.startswith("local"):
         return "127.0.0.1"
     return spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
+
+
+def _jvm_gone(stopping: bool, error: Exception) -> str:
+    """The driver lost its Spark JVM: one line that says why it likely happened and what is safe."""
+    why = ("while the job was stopping: the stop signal reached the JVM too. Send SIGTERM to the "
+           "replicator's own PID, as Kubernetes does (systemd: KillMode=mixed; timeout: --foreground)"
+           if stopping else "unexpectedly (killed, or out of memory)")
+    return (f"the Spark JVM ended {why} [{type(error).__name__}]. Transactions its shard tasks left open "
+            "are aborted at shutdown, or else at the next start, which resumes from the target's offsets")
 
 
 def _warn_if_slow(what: str, started: float) -> None:
