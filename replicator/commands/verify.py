@@ -159,10 +159,18 @@ class Report:
     hanging_transactions: list[dict] = field(default_factory=list)
     lost_acked: int | None = None  # None: not checked (replication not caught up, or no ground truth)
     violations: list[str] = field(default_factory=list)
+    selected_topics: int = 0  # source topics the selection matches
+    without_target: list[str] = field(default_factory=list)  # of those, the ones with no target topic yet
+
+    @property
+    def nothing_verified(self) -> bool:
+        """No selected partition has an offset in the group: a wrong --name or --offsets-group, or a
+        job that never committed. Nothing was compared, so this is not an "OK"."""
+        return not any(p.committed >= 0 for p in self.partitions)
 
     @property
     def ok(self) -> bool:
-        return not self.violations
+        return not self.violations and not self.nothing_verified
 
     def to_dict(self) -> dict:
         parts = []
@@ -173,10 +181,11 @@ class Report:
         totals = {k: sum(getattr(p, k) for p in self.partitions) for k in (
             "source_records", "target_records", "duplicates", "missing", "extra", "reordered",
             "aborted_visible", "foreign", "lag")}
-        return {"ok": self.ok, "source": self.source, "target": self.target, "group": self.group,
-                "totals": totals, "partitions": parts, "open_transactions": self.open_transactions,
-                "hanging_transactions": self.hanging_transactions, "lost_acked": self.lost_acked,
-                "violations": self.violations}
+        return {"ok": self.ok, "nothing_verified": self.nothing_verified, "source": self.source,
+                "target": self.target, "group": self.group, "selected_source_topics": self.selected_topics,
+                "source_topics_without_target": self.without_target, "totals": totals, "partitions": parts,
+                "open_transactions": self.open_transactions, "hanging_transactions": self.hanging_transactions,
+                "lost_acked": self.lost_acked, "violations": self.violations}
 
 
 class _Side:
@@ -341,7 +350,7 @@ class Auditor:
         source = _Side("source", cfg)
         target = _Side("target", cfg)
         try:
-            plan = self._plan(source, target)
+            plan = self._plan(source, target, report)
             src_tps = [TopicPartition(s, p) for s, _, p in plan]
             dst_tps = [TopicPartition(t, p) for _, t, p in plan]
             # The target's end BEFORE the group: every committed record below it that the group does
@@ -367,7 +376,7 @@ class Auditor:
             target.close()
         return report
 
-    def _plan(self, source: _Side, target: _Side) -> list[tuple[str, str, int]]:
+    def _plan(self, source: _Side, target: _Side, report: Report) -> list[tuple[str, str, int]]:
         topic_filter = TopicFilter(self.cfg.topics, self.cfg.topics_exclude)
         policy = policy_for(self.cfg)
         plan = []
@@ -376,6 +385,9 @@ class Auditor:
                 continue
             target_name = policy.target_topic(name)
             have = target.topics.get(target_name, 0)
+            report.selected_topics += 1
+            if not have:
+                report.without_target.append(name)
             plan += [(name, target_name, p) for p in range(min(count, have))]
         return plan
 
@@ -580,9 +592,25 @@ def _summary(report: Report) -> str:
         lines.append(f"  acknowledged source values missing on the target: {report.lost_acked}")
     lines += [f"  note {p.target_topic}[{p.partition}]: {p.note}" for p in report.partitions if p.note]
     lines += [f"VIOLATION {v}" for v in report.violations]
-    lines.append("OK: the target holds exactly the source's committed records" if report.ok else
-                 f"FAILED: {len(report.violations)} violations")
+    if report.violations:
+        lines.append(f"FAILED: {len(report.violations)} violations")
+    elif report.nothing_verified:
+        lines.append(f"NOTHING VERIFIED: {_why_nothing(report)}")
+    else:
+        lines.append("OK: the target holds exactly the source's committed records")
     return "\n".join(lines)
+
+
+def _why_nothing(report: Report) -> str:
+    if not report.selected_topics:
+        return "no source topic matches the selection (--topics, --topics-exclude)"
+    why = (f"the offsets group {report.group!r} holds no offset for the {len(report.partitions)} selected "
+           f"partitions on the target")
+    if report.without_target:
+        shown = ", ".join(report.without_target[:5]) + (", ..." if len(report.without_target) > 5 else "")
+        why += (f"; {len(report.without_target)} of {report.selected_topics} selected source topics have no "
+                f"target topic ({shown})")
+    return why + ". Is --name (or --offsets-group) the job's? A running job commits within seconds of copying."
 
 
 @click.command()
@@ -600,8 +628,9 @@ def verify(config_file: str | None, ground_truth: tuple[str, ...], quiesced: boo
            fmt: str, progress: bool | None, **flags) -> None:
     """Audit a replication: compare source and target record by record up to the offsets group.
 
-    Exit 0 when the target holds exactly the source's committed records, 1 on any violation or when
-    a cluster cannot be read, 2 on invalid configuration."""
+    Exit 0 when the target holds exactly the source's committed records, 1 on any violation, when
+    nothing could be compared (no offset of the job in the group) or when a cluster cannot be read, 2
+    on invalid configuration."""
     cfg = _load_config(config_file, flags)
     truth = GroundTruth.load(ground_truth) if ground_truth else None
     show = sys.stderr.isatty() if progress is None else progress

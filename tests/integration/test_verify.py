@@ -237,6 +237,18 @@ def test_verify_require_caught_up_and_text_summary(sandbox, unique):
     assert code == 1 and "FAILED" in text and "source end" in text
 
 
+def test_verify_with_nothing_to_compare_exits_1_instead_of_ok(sandbox, unique):
+    """A wrong --name, or a job that never committed: no "OK" for an audit that compared nothing."""
+    topic = f"verify-none-{unique}"
+    create_topic(sandbox.source.bootstrap, topic)
+    produce_transactional(sandbox.source.bootstrap, topic, source_records(3, "x"), f"none-{unique}")
+    code, text, _ = run_verify(sandbox, topic, f"v-none-{unique}")  # no target topic, no group
+    assert code == 1 and "OK:" not in text, text
+    assert "NOTHING VERIFIED" in text and "1 of 1 selected source topics have no target topic" in text, text
+    code, report, _ = run_verify(sandbox, f"{topic}-absent", f"v-none-{unique}", "--format", "json")
+    assert code == 1 and report["nothing_verified"] and report["selected_source_topics"] == 0, report
+
+
 def test_verify_unreachable_cluster_exits_1_naming_it(sandbox):
     role = "target"  # the source goes through the same code path
     args = {"source": sandbox.source.bootstrap, "target": sandbox.target.bootstrap, role: "127.0.0.1:1"}
