@@ -100,8 +100,10 @@ def _fence_and_mark(cfg, kind: str):
     target = kafka_clients.target_admin(cfg)
     permissions.check_promotion_write(cfg, target)  # before fencing: refused later, it would be half-done
     fenced = fence_previous_layouts(cfg)
-    mappings = _mappings_from_group(cfg, target) if kind == "failover" else None
-    if mappings is None:
+    # Read after fencing: no writer can add a partition to the fake group any more.
+    if kind == "failover":
+        mappings = _mappings_from_group(cfg)
+    else:
         mappings = topic_sync.mappings_for(cfg, topic_sync.discover(cfg, kafka_clients.source_admin(cfg)))
     reader = kafka_clients.group_reader(cfg)
     try:
@@ -112,8 +114,10 @@ def _fence_and_mark(cfg, kind: str):
     return fenced, marker
 
 
-def _mappings_from_group(cfg, target):
-    """The replicated partitions as the fake group on the target knows them (the source is gone)."""
+def _mappings_from_group(cfg):
+    """The replicated partitions as the fake group on the target knows them (the source is gone).
+    RuntimeError when the group holds none: a mistyped --name must not "fail over" a job that never
+    replicated here (fencing nothing, moving no group) while the real one copies on unfenced."""
     from replicator.clients import kafka_clients
     from replicator.offsets import read_group
     from replicator.topics.sync import TopicMapping
@@ -123,6 +127,10 @@ def _mappings_from_group(cfg, target):
         group = read_group(reader)
     finally:
         reader.close()
+    if not group:
+        raise RuntimeError(f"the offsets group {cfg.group!r} holds no offsets on the target: no job named "
+                           f"{cfg.name!r} replicated to it (check --name or --offsets-group); nothing was "
+                           f"fenced or written")
     parts: dict[tuple[str, str], int] = {}
     for (target_topic, p), c in group.items():
         source_topic = c.metadata.source_topic if c.metadata else target_topic
@@ -142,6 +150,7 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
 
     cfg = _load_config(config_file, flags)
     try:
+        _mappings_from_group(cfg)  # before anything is fenced or written: is this job's group here at all?
         fenced, marker = (0, None) if dry_run else _fence_and_mark(cfg, "failover")
         sync = GroupSync(cfg, dry_run=dry_run, source_reachable=False)
         statuses = sync.from_checkpoints(sync=cfg.sync_group_offsets)

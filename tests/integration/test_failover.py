@@ -117,3 +117,21 @@ def test_failover_as_an_application_sees_it(sandbox, unique, tmp_path: Path):
     # No split brain: with the old source back, the old direction refuses to start.
     refused = _replicator("run", *conn, "--metrics-port", "0", "--metrics-host", "127.0.0.1")
     assert refused.returncode == 1 and "promoted" in (refused.stdout + refused.stderr), refused.stderr[-2000:]
+
+
+def test_failover_of_a_job_that_never_replicated_here_writes_nothing(sandbox, unique):
+    """A mistyped --name in the middle of an outage: an error that says so, not a "failed over" that
+    fenced nothing and moved no group while the real job copies on."""
+    from confluent_kafka.admin import AdminClient
+
+    from replicator.groups.promotion import marker_topic
+
+    name = f"never-{unique}"
+    for dry in ([], ["--dry-run"]):
+        proc = subprocess.run([str(BIN), "failover", "--source-bootstrap-servers", "127.0.0.1:1",
+                               "--target-bootstrap-servers", sandbox.target.bootstrap, "--topics", ".*",
+                               "--name", name, *dry], capture_output=True, text=True, timeout=180)
+        assert proc.returncode == 1, proc.stdout + proc.stderr
+        assert f"no job named '{name}' replicated to it" in proc.stderr, proc.stderr
+    topics = AdminClient({"bootstrap.servers": sandbox.target.bootstrap}).list_topics(timeout=30).topics
+    assert marker_topic(name) not in topics, "a promotion marker was written for a job that is not there"
