@@ -243,6 +243,7 @@ class Replicator:
         self.cfg = cfg
         self.observers = list(observers or [])
         self.stop_requested = threading.Event()
+        self.jvm_lost = False  # Spark's JVM ended under the driver: the stop was not clean
         self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
         self.stats = ControlServer(self._on_batch, "127.0.0.1" if cfg.spark_master.startswith("local") else "0.0.0.0")
         self.mappings: list[topic_sync.TopicMapping] = []
@@ -314,8 +315,11 @@ class Replicator:
                 try:
                     self._watch()
                     return
-                except (Py4JError, ConnectionError) as e:
-                    raise RuntimeFailure(_jvm_gone(self.stop_requested.is_set(), e)) from None
+                except (Py4JError, ConnectionError):
+                    if not session.jvm_ended():
+                        raise
+                    self.jvm_lost = True  # said once, by `run`, after the shutdown below
+                    return
                 except TransientQueryFailure as e:
                     failed_in_a_row = 1 if self.stats.records > copied_before else failed_in_a_row + 1
                     if failed_in_a_row > QUERY_RESTARTS:
@@ -479,7 +483,10 @@ class Replicator:
         try:
             session.stop(spark)
         except Exception as e:  # noqa: BLE001 - shutdown continues whatever Spark says
-            log.warning("spark stop: %s", e)
+            if session.jvm_ended():
+                self.jvm_lost = True
+            else:
+                log.warning("spark stop: %s", e)
         # Whatever an interrupted task left open is aborted now, not at the transaction timeout.
         try:
             fence_current_layout(self.cfg)
@@ -587,13 +594,13 @@ def _driver_host(cfg: ReplicatorConfig, spark) -> str:
     return spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
 
 
-def _jvm_gone(stopping: bool, error: Exception) -> str:
+def _jvm_gone(stopping: bool) -> str:
     """The driver lost its Spark JVM: one line that says why it likely happened and what is safe."""
     why = ("while the job was stopping: the stop signal reached the JVM too. Send SIGTERM to the "
            "replicator's own PID, as Kubernetes does (systemd: KillMode=mixed; timeout: --foreground)"
            if stopping else "unexpectedly (killed, or out of memory)")
-    return (f"the Spark JVM ended {why} [{type(error).__name__}]. Transactions its shard tasks left open "
-            "are aborted at shutdown, or else at the next start, which resumes from the target's offsets")
+    return (f"the Spark JVM ended {why}. Transactions its shard tasks left open were aborted at shutdown "
+            "(or else are at the next start, which resumes from the target's offsets)")
 
 
 def _warn_if_slow(what: str, started: float) -> None:
@@ -642,5 +649,8 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
         return 1
     finally:
         server.close()
+    if job.jvm_lost:
+        log.error("%s", _jvm_gone(job.stop_requested.is_set()), extra={"event": "spark_jvm_lost"})
+        return 1
     log.info("stopped cleanly", extra={"records_total": job.stats.records})
     return 0

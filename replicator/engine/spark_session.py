@@ -196,6 +196,21 @@ def class_archive(cfg: ReplicatorConfig) -> Path | None:
     return archive
 
 
+def jvm_ended(wait_s: float = 10.0) -> bool:
+    """Whether Spark's JVM has exited (waiting up to `wait_s` for one that is going): what a py4j error
+    in the driver means depends on it."""
+    from pyspark import SparkContext
+
+    proc = getattr(SparkContext._gateway, "proc", None)
+    if proc is None:
+        return False
+    try:
+        proc.wait(wait_s)
+    except subprocess.TimeoutExpired:
+        return False
+    return True
+
+
 def stop(spark) -> None:
     """Stops Spark; after a run that recorded a class-data archive, lets the JVM exit (it writes the
     archive then) and publishes the archive only if the JVM exited cleanly."""
