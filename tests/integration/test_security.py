@@ -276,6 +276,8 @@ def test_each_missing_promotion_acl_stops_the_command_naming_it(box, unique, tmp
     topic, name = f"sec-pro-{unique}", f"sec-pro-{unique}"
     create_topic(box, "source", topic, PARTITIONS)
     create_topic(box, "target", topic, PARTITIONS)
+    # The job's fake group as a replication leaves it: failover refuses a job with no offsets there.
+    commit_group(box, "target", f"__replicator.{name}", topic, {p: 0 for p in range(PARTITIONS)})
     config = write_config(box, tmp_path / "replicator.yaml", name, topic, shards=1, groups=f"app-{unique}")
     full = acl_set(config)
     gone = next(a for a in full if a.feature == acls.PROMOTION and a.operation == removed.operation)
