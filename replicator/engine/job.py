@@ -318,8 +318,7 @@ class Replicator:
                 except (Py4JError, ConnectionError):
                     if not session.jvm_ended():
                         raise
-                    self.jvm_lost = True  # said once, by `run`, after the shutdown below
-                    return
+                    return  # the shutdown below finds the JVM gone, and `run` says so once
                 except TransientQueryFailure as e:
                     failed_in_a_row = 1 if self.stats.records > copied_before else failed_in_a_row + 1
                     if failed_in_a_row > QUERY_RESTARTS:
@@ -480,12 +479,14 @@ class Replicator:
     def _shutdown(self, spark) -> None:
         for o in self.observers:
             o.on_stop()
+        # Gone before it was asked to stop, or failing the stop because it is going: either way the
+        # shard tasks did not end as told (a stop signal sent to the whole process group, a kill).
+        self.jvm_lost = session.jvm_ended(0)
         try:
             session.stop(spark)
         except Exception as e:  # noqa: BLE001 - shutdown continues whatever Spark says
-            if session.jvm_ended():
-                self.jvm_lost = True
-            else:
+            self.jvm_lost = self.jvm_lost or session.jvm_ended()
+            if not self.jvm_lost:
                 log.warning("spark stop: %s", e)
         # Whatever an interrupted task left open is aborted now, not at the transaction timeout.
         try:
