@@ -179,8 +179,8 @@ class ReplicatorConfig:
         "Spark task with its own transactional id. Each needs a task slot of the Spark master.",
         default_doc="the number of cores", flag_for=RUN)
     master: str = option(
-        "", accepts.spark_master, JOB, "Spark master URL.", default_doc="`local[<cores>,4]`: local, with task retries",
-        flag_for=RUN)
+        "", accepts.spark_master, JOB, "Spark master URL: where the shards' tasks run.",
+        default_doc="`local[<cores>,4]`: local, with task retries", flag_for=RUN)
     batch_duration_seconds: float = option(
         300.0, accepts.positive_number, JOB, "How long a shard task copies before the next micro-batch plans "
         "again (new topics and partitions join at that boundary, or sooner when partitions change).", flag_for=RUN)
