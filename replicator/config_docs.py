@@ -50,9 +50,9 @@ command-line flag.
 1. Add one field to `ReplicatorConfig` in `replicator/config.py`, in its section:
    `my_option: int = option(10, accepts.integer(1), JOB, "What it does, for users.")`. Optional
    columns: `flag_for=RUN` (or `CONNECTION`) for a command-line flag, `default_doc=` for a computed
-   default, `env="none"` (no environment variable), `secret=True`, `required=True`. Validation, the environment variable, the flag
-   and its `--help` follow from that line; a new kind of value gets a small check in
-   `replicator/config_checks.py` whose docstring says what it accepts.
+   default, `env="none"` (no environment variable), `secret=True`, `required=True`. Validation, the
+   environment variable, the flag and its `--help` follow from that line; a new kind of value gets a
+   small check in `replicator/config_checks.py` whose docstring says what it accepts.
 2. Run `{COMMAND}` to regenerate this file (`tests/unit/test_config_docs.py` fails until you do).
 """
 

@@ -22,7 +22,9 @@ _METAVARS = {"int": "INTEGER", "float": "NUMBER", "tuple[str, ...]": "REGEX,..."
 
 
 def flag_help(opt: config_mod.Option) -> str:
-    return f"{opt.doc} [{'required' if opt.required else f'default: {opt.shown_default}'}]"
+    if opt.required:
+        return f"{opt.doc} [required: here, in the environment or in the --config file]"
+    return f"{opt.doc} [default: {opt.shown_default}]"
 
 
 def _table_flags(flag_for: str):
