@@ -211,8 +211,8 @@ class ReplicatorConfig:
     # A bound for aborts to re-copy, not for throughput: the time bounds end transactions first (at
     # 200,000, 100 B records ended a catch-up's transactions every 0.44 s, BENCHMARKS.md).
     max_records_per_transaction: int = option(
-        1_000_000, accepts.integer(1), TRANSACTIONS, "Most records in one target transaction: what an abort copies "
-        "again.", flag_for=RUN)
+        1_000_000, accepts.integer(1), TRANSACTIONS, "The most records in one target transaction: bounds what an "
+        "abort copies again.", flag_for=RUN)
     # At 10 s, a steady rate near the ceiling flipped into seconds-long transactions and a visible lag
     # that ran away (BENCHMARKS.md, 105k rec/s). At 1 s the commit's drain still costs a few percent.
     max_transaction_seconds: float = option(
@@ -261,8 +261,8 @@ class ReplicatorConfig:
         "0.0.0.0", accepts.listen_host, OBSERVABILITY, "Address the metrics port binds to (127.0.0.1 keeps it on "
         "loopback).", flag_for=RUN)
     readiness_window_seconds: float = option(
-        60.0, accepts.positive_number, OBSERVABILITY, "/readyz answers 200 while a micro-batch committed, or the "
-        "job was seen caught up, within this window.")
+        60.0, accepts.positive_number, OBSERVABILITY, "/readyz answers 200 when a micro-batch committed, or the "
+        "job was seen caught up (lag 0), within this many seconds.")
     log_format: str = option(
         "text", accepts.choice("text", "json"), OBSERVABILITY, "The job's log lines (Spark's too): plain text or "
         "one JSON object per line.", flag_for=RUN)
