@@ -8,7 +8,7 @@ import sys
 import click
 
 from replicator import __version__
-from replicator.commands.options import _load_config, connection_options
+from replicator.commands.options import _load_config, connection_options, run_options
 from replicator.sandbox import DEFAULT_KAFKA_VERSION, Sandbox, kafka_jars
 
 
@@ -145,22 +145,12 @@ def crash_traces() -> None:
 
 @main.command()
 @connection_options
-@click.option("--master", help="Spark master URL (default local[cores,4]: local with task retries).")
-@click.option("--shards", type=str, help="Transactional shards (default: number of cores).")
-@click.option("--batch-duration-seconds", type=str,
-              help="How long a shard task copies before the next micro-batch re-plans (default 300).")
-@click.option("--commit-interval-ms", type=str,
-              help="Commit a transaction this long after it began once the source is drained (default 2).")
-@click.option("--max-records-per-transaction", type=str, help="Bound of one target transaction.")
-@click.option("--on-data-loss", help="fail (default) or skip when retention overtook replication.")
-@click.option("--guarantee", help="exactly-once (default) or at-least-once.")
-@click.option("--metrics-port", type=str, help="Port of /metrics, /healthz and /readyz (default 9400; 0: any free).")
-@click.option("--metrics-host", help="Address the metrics port binds to (default 0.0.0.0).")
-@click.option("--log-format", help="text or json.")
+@run_options
 def run(config_file: str | None, **flags) -> None:
     """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure, 2 invalid configuration.
 
-    Every option is also settable in the --config file and as REPLICATOR_<OPTION> (flags win)."""
+    Every option is also settable in the --config file and as REPLICATOR_<OPTION> (flags win over the
+    environment, which wins over the file): docs/configuration.md lists them all."""
     # First thing: a SIGTERM that arrives while Spark is still loading is a clean stop too, not a
     # kill by the default handler.
     import signal

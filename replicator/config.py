@@ -1,59 +1,56 @@
-"""The replicator's one configuration object: every option declared once, typed and validated.
+"""The replicator's one configuration object: every option declared once, in the table below.
+
+Each `ReplicatorConfig` field is one row of the option table: its name, type and default are the
+field's; `option(...)` adds how a value is checked, its doc, its section, whether it is a secret, its
+environment variable and its command-line flag. Validation, the environment, the CLI flags with their
+help (replicator/commands/options.py) and docs/configuration.md (`python -m replicator.config_docs`)
+all come from that table. To add an option: add one field here, regenerate the docs.
 
 Precedence: command-line flags > environment (`REPLICATOR_<OPTION>`) > YAML file > defaults.
 Every bad value raises `ConfigError` naming the key and what is allowed, before any record moves.
-Secrets (librdkafka passwords, keys, tokens) never appear in errors or logs: see `redacted()`.
+Secrets (librdkafka passwords, keys, tokens) never appear in errors, logs or repr: see `redacted()`.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import json
 import math
 import os
-import re
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import yaml
 
+from replicator import config_checks as accepts
 from replicator import secret_refs
+from replicator.config_checks import Check, ConfigError
+
+__all__ = ["ConfigError", "ENV_PREFIX", "OPTIONS", "Option", "ReplicatorConfig", "TABLE", "is_secret", "load"]
 
 ENV_PREFIX = "REPLICATOR_"
-_SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
-_BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
+SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
 # The brokers' default transaction.max.timeout.ms: a producer asking for more is refused at init_transactions().
 _MAX_TRANSACTION_TIMEOUT_MS = 900_000
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
-_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
-# Keys the replicator sets itself on its clients; overriding them would break exactly-once.
-_RESERVED_CLIENT_KEYS = {
-    "source": {"isolation.level", "enable.auto.commit", "group.id", "enable.partition.eof",
-               "auto.offset.reset"},
-    "target": {"transactional.id", "enable.idempotence", "isolation.level", "group.id"},
-}
 
-
-_CLIENT_CHOICES = {
-    "security.protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
-    "sasl.mechanism": ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
-    "sasl.mechanisms": ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
-}
-
-
-class ConfigError(ValueError):
-    """An invalid configuration value; `key` names the option."""
-
-    def __init__(self, key: str, message: str) -> None:
-        super().__init__(f"invalid configuration '{key}': {message}")
-        self.key = key
+# Sections of docs/configuration.md, in the order they appear there.
+CLUSTERS = "Clusters"
+TOPICS = "Topics"
+JOB = "Job and Spark"
+TRANSACTIONS = "Transactions"
+GROUPS = "Consumer groups"
+OBSERVABILITY = "Observability"
+# Which commands take an option as a command-line flag.
+CONNECTION = "every command"  # every command that talks to a replication's clusters
+RUN = "run"
 
 
 def is_secret(key: str) -> bool:
     k = key.lower()
-    return any(h in k for h in _SECRET_HINTS)
+    return any(h in k for h in SECRET_HINTS)
 
 
 def _cpu_count() -> int:
@@ -61,72 +58,217 @@ def _cpu_count() -> int:
 
 
 @dataclass(frozen=True)
+class Option:
+    """One row of the option table, as `TABLE` lists them."""
+
+    name: str
+    type: str  # the field's annotation, e.g. "int", "tuple[str, ...]"
+    default: Any
+    check: Check  # its docstring says what is accepted
+    section: str
+    doc: str
+    default_doc: str | None = None  # a computed default, said in words ("the number of cores")
+    flag_for: str | None = None  # CONNECTION, RUN or None: no command-line flag
+    # "value": REPLICATOR_<NAME> sets it; "properties": REPLICATOR_<NAME>__<PROPERTY> sets one property
+    # of the map; "none": no environment variable.
+    env: str = "value"
+    secret: bool = False  # a map: values of its secret-looking keys; otherwise its whole value
+    required: bool = False
+
+    @property
+    def flag(self) -> str | None:
+        return f"--{self.name.replace('_', '-')}" if self.flag_for else None
+
+    @property
+    def env_var(self) -> str | None:
+        return {"value": ENV_PREFIX + self.name.upper(), "properties": f"{ENV_PREFIX}{self.name.upper()}__<PROPERTY>",
+                "none": None}[self.env]
+
+    @property
+    def shown_default(self) -> str:
+        if self.required:
+            return "required"
+        if self.default_doc:
+            return self.default_doc
+        if isinstance(self.default, bool):
+            return str(self.default).lower()
+        if isinstance(self.default, float):
+            return f"{self.default:g}"
+        if self.default in ("", (), {}):
+            return "none"
+        return str(self.default)
+
+
+def option(default: Any, check: Check, section: str, doc: str, **row: Any) -> Any:
+    """A `ReplicatorConfig` field that is a row of the option table (`row`: Option's optional columns)."""
+    spec = {"check": check, "section": section, "doc": doc, **row}
+    if isinstance(default, dict):
+        return field(default_factory=dict, metadata={"option": spec})
+    return field(default=default, metadata={"option": spec})
+
+
+@dataclass(frozen=True, repr=False)
 class ReplicatorConfig:
-    source_bootstrap_servers: str = ""
-    target_bootstrap_servers: str = ""
-    topics: str = ""
-    topics_exclude: tuple[str, ...] = ()
-    name: str = "replicator"
-    offsets_group: str = ""
-    shards: int = 0
-    master: str = ""
-    guarantee: str = "exactly-once"
-    batch_duration_seconds: float = 300.0
-    # How long a transaction stays open after its first record once the source is drained (longer
-    # under load, see shard_copy): about one transaction per arrival of records, as MirrorMaker 2
-    # commits one per poll. 10 ms kept p50 at 21-23 ms against 12-14 ms, for 0-15 % less CPU
-    # (BENCHMARKS.md, 2026-11-27).
-    commit_interval_ms: int = 2
-    # A bound for aborts to re-copy, not for throughput: the time bounds end transactions first (at
-    # 200,000, 100 B records ended a catch-up's transactions every 0.44 s, BENCHMARKS.md).
-    max_records_per_transaction: int = 1_000_000
-    # What a backlog may stretch a transaction to. Its records are invisible until it commits, so
-    # this is also the lag a reader sees while the copy keeps up at its ceiling: at 10 s, a steady
-    # rate near the ceiling flipped into seconds-long transactions and a visible lag that ran away
-    # (BENCHMARKS.md, 105k rec/s). At 1 s the commit's drain still costs a few percent of catch-up.
-    max_transaction_seconds: float = 1.0
-    # What a transaction may grow to while at least this many seconds of records wait at the source
-    # (a catch-up: a reader waits that long anyway). Half the commits of 1 s transactions; each
-    # holds the copy loop for about four round trips (BENCHMARKS.md, 2026-12-01).
-    catch_up_transaction_seconds: float = 2.0
-    transaction_timeout_ms: int = 60_000
-    trigger_interval_ms: int = 200
-    on_data_loss: str = "fail"
-    replication_policy: str = "identity"
-    source_alias: str = "source"
-    target_alias: str = "target"
-    refresh_topics_interval_seconds: float = 10.0
-    # Well inside the broker's offsets.retention.minutes (7 days by default) for idle partitions.
-    offsets_refresh_interval_seconds: float = 86_400.0
-    replication_factor: int = -1
-    sync_topic_configs: bool = True
+    # --- Clusters
+    source_bootstrap_servers: str = option(
+        "", accepts.bootstrap_servers, CLUSTERS, "The source cluster's brokers, host:port[,host:port...].",
+        flag_for=CONNECTION, required=True)
+    target_bootstrap_servers: str = option(
+        "", accepts.bootstrap_servers, CLUSTERS, "The target cluster's brokers, host:port[,host:port...]: it holds the "
+        "copies and the job's offsets, and is the only source of truth.", flag_for=CONNECTION, required=True)
+    source: Mapping[str, str] = option(
+        {}, accepts.client_properties("source"), CLUSTERS, "librdkafka properties of the source clients (TLS, SASL, "
+        "tuning). `REPLICATOR_SOURCE__SASL_PASSWORD=...` sets `sasl.password` (`_` for each `.`).",
+        env="properties", secret=True)
+    target: Mapping[str, str] = option(
+        {}, accepts.client_properties("target"), CLUSTERS, "librdkafka properties of the target clients; "
+        "`REPLICATOR_TARGET__<PROPERTY>` sets one, as for `source`.", env="properties", secret=True)
+
+    # --- Topics
+    topics: str = option(
+        "", accepts.include_regex, TOPICS, "Source topics to replicate: a regex matching whole names. Internal "
+        "topics (`__.*`, `.*[-.]internal`, `.*\\.replica`) never are.", flag_for=CONNECTION, required=True)
+    topics_exclude: tuple[str, ...] = option(
+        (), accepts.regex_list, TOPICS, "Regexes of source topics not to replicate, although `topics` matches them: "
+        "an exclude always wins.", flag_for=CONNECTION)
+    replication_policy: str = option(
+        "identity", accepts.choice("identity", "prefix"), TOPICS, "How target topics are named: `identity` keeps the "
+        "source name; `prefix` names them `<source_alias>.<topic>`, as MirrorMaker 2's default.",
+        flag_for=CONNECTION)
+    source_alias: str = option(
+        "source", accepts.alias, TOPICS, "The source cluster's alias: the prefix of target topic names under the "
+        "`prefix` policy.", flag_for=CONNECTION)
+    target_alias: str = option(
+        "target", accepts.alias, TOPICS, "The target cluster's alias: a source topic whose name carries it as a "
+        "prefix is a replica from the target and is never sent back.", flag_for=CONNECTION)
+    refresh_topics_interval_seconds: float = option(
+        10.0, accepts.positive_number, TOPICS, "How often new matching topics and added partitions are looked for "
+        "(new topics are copied from their earliest offset).")
+    replication_factor: int = option(
+        -1, accepts.replication_factor, TOPICS, "Replication factor of the target topics the job creates.",
+        default_doc="-1 (the target broker's default)")
+    sync_topic_configs: bool = option(
+        True, accepts.boolean, TOPICS, "Keep the target topics' configs in line with the source topics' overrides "
+        "(minus per-cluster settings).")
     # A sync describes every replicated topic's configs on both clusters: at 625 topics 260-600 ms
     # of CPU (confluent-kafka builds a Python object per config entry), which once a minute was
     # still a third of an idle job's cost at 5,000 partitions. MirrorMaker 2's default: 10 minutes.
-    sync_topic_configs_interval_seconds: float = 600.0
-    config_sync_exclude: tuple[str, ...] = ()
-    provenance_header: bool = False
-    # Exact source->target offset entries written in each copy transaction (consumer-group failover).
-    translation_index: bool = True
-    # Consumer-group checkpointing and sync (needs the translation index).
-    group_sync_interval_seconds: float = 5.0
-    groups: str = ".*"
-    groups_exclude: tuple[str, ...] = ()  # on top of the internal groups, which are never synced
-    sync_group_offsets: bool = True
-    mm2_compatible_checkpoints: bool = False
-    metrics_port: int = 9400
-    metrics_host: str = "0.0.0.0"
-    readiness_window_seconds: float = 60.0
-    log_format: str = "text"
-    log_level: str = "INFO"
-    source: Mapping[str, str] = field(default_factory=dict)
-    target: Mapping[str, str] = field(default_factory=dict)
-    spark: Mapping[str, str] = field(default_factory=dict)
-    # Where the driver JVM's class-data archive is kept between runs (faster start-up); "off": none.
-    spark_class_cache: str = "~/.cache/replicator"
-    # Record the archive at this run's clean stop when there is none (the stop then waits for the JVM
-    # to write it: seconds on an idle machine, minutes on a loaded one), e.g. once at image build.
-    spark_class_cache_record: bool = False
+    sync_topic_configs_interval_seconds: float = option(
+        600.0, accepts.positive_number, TOPICS, "How often topic configs are synced again.")
+    config_sync_exclude: tuple[str, ...] = option(
+        (), accepts.regex_list, TOPICS, "Topic config names never copied to the target, on top of the per-cluster "
+        "ones.")
+    provenance_header: bool = option(
+        False, accepts.boolean, TOPICS, "Mark every copied record with a `replicator.source.cluster` header and "
+        "never copy a record that came from the target: stops an active/active `identity` pair from looping.")
+
+    # --- Job and Spark
+    name: str = option(
+        "replicator", accepts.job_name, JOB, "The job's name: it prefixes the transactional ids and names the "
+        "default offsets group. Two jobs writing one target need two names.", flag_for=CONNECTION)
+    offsets_group: str = option(
+        "", accepts.group_id, JOB, "The (fake) consumer group on the target that holds the copied source offsets, "
+        "committed in the same transactions as the records.", default_doc="`__replicator.<name>`",
+        flag_for=CONNECTION)
+    guarantee: str = option(
+        "exactly-once", accepts.choice("exactly-once", "at-least-once"), JOB, "`exactly-once`: records and offsets "
+        "in one target transaction. `at-least-once`: no transactions; offsets are committed after the records, so "
+        "a failure can copy some records twice.", flag_for=RUN)
+    shards: int = option(
+        0, accepts.integer(1, 4096), JOB, "Transactional shards: each copies its share of the partitions in one "
+        "Spark task with its own transactional id. Each needs a task slot of the Spark master.",
+        default_doc="the number of cores", flag_for=RUN)
+    master: str = option(
+        "", accepts.spark_master, JOB, "Spark master URL: where the shards' tasks run.",
+        default_doc="`local[<cores>,4]`: local, with task retries", flag_for=RUN)
+    batch_duration_seconds: float = option(
+        300.0, accepts.positive_number, JOB, "How long a shard task copies before the next micro-batch plans "
+        "again (new topics and partitions join at that boundary, or sooner when partitions change).", flag_for=RUN)
+    trigger_interval_ms: int = option(
+        200, accepts.integer(0), JOB, "Spark's processing-time trigger: the least time between the starts of two "
+        "micro-batches (a longer batch is followed at once; 0: no wait).")
+    on_data_loss: str = option(
+        "fail", accepts.choice("fail", "skip"), JOB, "When retention deleted source records before they were "
+        "copied: `fail` stops naming the partition and range; `skip` continues from the log start, logging and "
+        "counting the loss.", flag_for=RUN)
+    spark: Mapping[str, str] = option(
+        {}, accepts.spark_properties, JOB, "Spark properties for the job's session.", env="none")
+    # Where the driver JVM's class-data archive is kept between runs (faster start-up).
+    spark_class_cache: str = option(
+        "~/.cache/replicator", accepts.cache_directory, JOB, "Where the driver JVM's class-data archive is kept "
+        "between runs (half the JVM's start-up CPU); `off`: none.")
+    # The stop then waits for the JVM to write it: seconds on an idle machine, minutes on a loaded one.
+    spark_class_cache_record: bool = option(
+        False, accepts.boolean, JOB, "Record the class-data archive at this run's clean stop when there is none "
+        "(e.g. once, at image build); the stop then waits for the JVM to write it.")
+
+    # --- Transactions
+    # About one transaction per arrival of records, as MirrorMaker 2 commits one per poll. 10 ms kept
+    # p50 at 21-23 ms against 12-14 ms, for 0-15 % less CPU (BENCHMARKS.md, 2026-11-27).
+    commit_interval_ms: int = option(
+        2, accepts.integer(1, 60_000), TRANSACTIONS, "How long a transaction stays open after its first record "
+        "once the source is drained (longer under load).", flag_for=RUN)
+    # A bound for aborts to re-copy, not for throughput: the time bounds end transactions first (at
+    # 200,000, 100 B records ended a catch-up's transactions every 0.44 s, BENCHMARKS.md).
+    max_records_per_transaction: int = option(
+        1_000_000, accepts.integer(1), TRANSACTIONS, "The most records in one target transaction: bounds what an "
+        "abort copies again.", flag_for=RUN)
+    # At 10 s, a steady rate near the ceiling flipped into seconds-long transactions and a visible lag
+    # that ran away (BENCHMARKS.md, 105k rec/s). At 1 s the commit's drain still costs a few percent.
+    max_transaction_seconds: float = option(
+        1.0, accepts.positive_number, TRANSACTIONS, "How long a backlog may stretch a transaction. Records are "
+        "invisible until their transaction commits, so this is also the lag a reader sees while the copy runs "
+        "at its ceiling.")
+    # Half the commits of 1 s transactions; each holds the copy loop for about four round trips
+    # (BENCHMARKS.md, 2026-12-01).
+    catch_up_transaction_seconds: float = option(
+        2.0, accepts.positive_number, TRANSACTIONS, "How long a transaction may grow while at least this many "
+        "seconds of records wait at the source (a catch-up: a reader waits that long anyway). At or below "
+        "max_transaction_seconds: no catch-up transactions.")
+    transaction_timeout_ms: int = option(
+        60_000, accepts.integer(1000, _MAX_TRANSACTION_TIMEOUT_MS), TRANSACTIONS, "The target producers' "
+        "transaction.timeout.ms: a transaction left open by a dead task is aborted by the broker after it. At "
+        "most the brokers' transaction.max.timeout.ms (900000 by default).")
+    # Well inside the broker's offsets.retention.minutes (7 days by default) for idle partitions.
+    offsets_refresh_interval_seconds: float = option(
+        86_400.0, accepts.positive_number, TRANSACTIONS, "How often an idle partition's unchanged offset is "
+        "committed again, so the broker's offsets.retention.minutes never expires it.")
+
+    # --- Consumer groups
+    translation_index: bool = option(
+        True, accepts.boolean, GROUPS, "Write exact source->target offset entries in each copy transaction, for "
+        "consumer-group offset translation and failover; everything below needs it.")
+    group_sync_interval_seconds: float = option(
+        5.0, accepts.positive_number, GROUPS, "How often the selected source groups' offsets are translated, "
+        "checkpointed on the target and synced.")
+    groups: str = option(
+        ".*", accepts.include_regex, GROUPS, "Source consumer groups to checkpoint and sync. Internal groups, "
+        "MirrorMaker 2's and every replicator's own never are.")
+    groups_exclude: tuple[str, ...] = option(
+        (), accepts.regex_list, GROUPS, "Source consumer groups not to sync, although `groups` matches them.")
+    sync_group_offsets: bool = option(
+        True, accepts.boolean, GROUPS, "Commit the translated offsets into the same-named target groups while no "
+        "application consumes there.")
+    mm2_compatible_checkpoints: bool = option(
+        False, accepts.boolean, GROUPS, "Also write MirrorMaker 2's `<source_alias>.checkpoints.internal`, for "
+        "RemoteClusterUtils and MirrorMaker 2 tooling.")
+
+    # --- Observability
+    metrics_port: int = option(
+        9400, accepts.integer(0, 65535), OBSERVABILITY, "Port of /metrics, /healthz and /readyz; 0: any free port.",
+        flag_for=RUN)
+    metrics_host: str = option(
+        "0.0.0.0", accepts.listen_host, OBSERVABILITY, "Address the metrics port binds to (127.0.0.1 keeps it on "
+        "loopback).", flag_for=RUN)
+    readiness_window_seconds: float = option(
+        60.0, accepts.positive_number, OBSERVABILITY, "/readyz answers 200 when a micro-batch committed, or the "
+        "job was seen caught up (lag 0), within this many seconds.")
+    log_format: str = option(
+        "text", accepts.choice("text", "json"), OBSERVABILITY, "The job's log lines (Spark's too): plain text or "
+        "one JSON object per line.", flag_for=RUN)
+    log_level: str = option(
+        "INFO", accepts.choice("DEBUG", "INFO", "WARNING", "ERROR"), OBSERVABILITY, "The least severe level "
+        "logged (Spark's own lines: ERROR and worse).")
 
     @property
     def group(self) -> str:
@@ -157,18 +299,22 @@ class ReplicatorConfig:
     @classmethod
     def from_json(cls, text: str) -> ReplicatorConfig:
         raw = json.loads(text)
-        for key in ("topics_exclude", "config_sync_exclude", "groups_exclude"):
-            raw[key] = tuple(raw[key])
+        for opt in TABLE:
+            if opt.type.startswith("tuple"):
+                raw[opt.name] = tuple(raw[opt.name])
         return cls(**raw)
 
     def redacted(self) -> dict[str, Any]:
-        """A loggable view: secret client properties replaced by '***' (references are kept: they
-        say where the secret comes from, not what it is)."""
+        """A loggable view: secret values replaced by '***' (references are kept: they say where the
+        secret comes from, not what it is)."""
         out = dataclasses.asdict(self)
-        for section in ("source", "target"):
-            out[section] = {k: (v if secret_refs.reference(v) else "***") if is_secret(k) else v
-                            for k, v in out[section].items()}
+        for opt in TABLE:
+            if opt.secret:
+                out[opt.name] = _redact(opt.name, out[opt.name])
         return out
+
+    def __repr__(self) -> str:
+        return f"ReplicatorConfig({', '.join(f'{k}={v!r}' for k, v in self.redacted().items())})"
 
     def client_properties(self, section: str) -> dict[str, str]:
         """The `source:` or `target:` map with `${file:...}`/`${env:...}` references resolved, for a
@@ -176,239 +322,62 @@ class ReplicatorConfig:
         return secret_refs.resolve(getattr(self, section), section)
 
 
-def _positive_int(key: str, value: Any, minimum: int = 1, maximum: int | None = None) -> int:
-    # One wording for every refusal, so a user who fixes the type is not surprised by the range next.
-    bound = f"between {minimum} and {maximum}" if maximum is not None else f">= {minimum}"
-    if isinstance(value, bool):
-        raise ConfigError(key, f"expected an integer {bound}, got a boolean")
-    try:
-        number = int(str(value).replace("_", ""))
-    except ValueError:
-        raise ConfigError(key, f"expected an integer {bound}, got {value!r}") from None
-    if number < minimum or (maximum is not None and number > maximum):
-        raise ConfigError(key, f"expected an integer {bound}, got {number}")
-    return number
+def _redact(key: str, value: Any) -> Any:
+    if isinstance(value, Mapping):
+        return {k: _redact(k, v) if is_secret(k) else v for k, v in value.items()}
+    return value if isinstance(value, str) and secret_refs.reference(value) else "***"
 
 
-def _positive_float(key: str, value: Any) -> float:
-    if isinstance(value, bool):  # YAML reads yes/no/on/off as booleans, and float(True) is 1.0
-        raise ConfigError(key, "expected a finite positive number, got a boolean")
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        raise ConfigError(key, f"expected a finite positive number, got {value!r}") from None
-    if not 0 < number < float("inf"):
-        raise ConfigError(key, f"expected a finite positive number, got {number}")
-    return number
+TABLE: tuple[Option, ...] = tuple(
+    Option(name=f.name, type=str(f.type), default=f.default if f.default is not dataclasses.MISSING else {},
+           **f.metadata["option"])
+    for f in dataclasses.fields(ReplicatorConfig))
+_BY_NAME = {opt.name: opt for opt in TABLE}
+OPTIONS = tuple(_BY_NAME)
+_PROPERTY_MAPS = tuple(opt.name for opt in TABLE if opt.env == "properties")
 
 
-def _replication_factor(key: str, value: Any) -> int:
-    if str(value).strip() == "-1":
-        return -1
-    try:
-        return _positive_int(key, value, 1, 32767)
-    except ConfigError:
-        raise ConfigError(key, "expected -1 (the target broker's default) or an integer between 1 and 32767, "
-                          f"got {value!r}") from None
+def _not_onto_itself(config: ReplicatorConfig) -> None:
+    """With the `identity` policy, the target may not share a broker with the source (every topic would be
+    copied onto itself)."""
+    if (config.replication_policy == "identity"
+            and set(config.source_bootstrap_servers.split(",")) & set(config.target_bootstrap_servers.split(","))):
+        raise ConfigError("target_bootstrap_servers", "names the source cluster: with the identity policy every "
+                                                      "topic would be copied onto itself; use another cluster or "
+                                                      "replication_policy=prefix")
 
 
-def _choice(*allowed: str) -> Callable[[str, Any], str]:
-    canonical = {a.lower(): a for a in allowed}
-
-    def check(key: str, value: Any) -> str:
-        # `log_level: info` or REPLICATOR_GUARANTEE=Exactly-Once mean what they say; only the spelling differs.
-        found = canonical.get(value.strip().lower()) if isinstance(value, str) else None
-        if found is None:
-            raise ConfigError(key, f"expected one of {', '.join(allowed)}; got {value!r}")
-        return found
-    return check
-
-
-def _host(key: str, value: Any) -> str:
-    text = str(value).strip()
-    if not re.match(r"^[A-Za-z0-9.\-:]+$", text):
-        raise ConfigError(key, f"expected a host name or IP address to listen on, got {text!r}")
-    return text
+def _timeout_outlasts_transactions(config: ReplicatorConfig) -> None:
+    """`transaction_timeout_ms` is at least twice the longest transaction (the larger of
+    `max_transaction_seconds` and `catch_up_transaction_seconds`), so a transaction never outlives its
+    timeout."""
+    if config.transaction_timeout_ms < config.longest_transaction_seconds * 1000 * 2:
+        longest, needed = config.longest_transaction_seconds, math.ceil(config.longest_transaction_seconds * 2000)
+        fix = (f"use >= {needed} or shorter transactions" if needed <= _MAX_TRANSACTION_TIMEOUT_MS else
+               f"transactions can last at most {_MAX_TRANSACTION_TIMEOUT_MS // 2000} s")
+        raise ConfigError("transaction_timeout_ms", f"{config.transaction_timeout_ms} ms must be at least twice the "
+                                                    f"longest transaction, {longest:g} s (the larger of "
+                                                    "max_transaction_seconds and catch_up_transaction_seconds), so "
+                                                    f"a transaction never outlives its timeout: {fix}")
 
 
-def _bootstrap(key: str, value: Any) -> str:
-    text = str(value).strip()
-    if not text:
-        raise ConfigError(key, "required: a comma-separated list of host:port")
-    if not _BOOTSTRAP.match(text):
-        raise ConfigError(key, f"expected a comma-separated list of host:port, got {text!r}")
-    for part in text.split(","):
-        port = int(part.rsplit(":", 1)[1])
-        if not 0 < port < 65536:
-            raise ConfigError(key, f"port {port} is outside 1-65535")
-    return text
-
-
-def _regex(key: str, value: Any) -> str:
-    text = str(value)
-    if not text:
-        raise ConfigError(key, "required: a regular expression matching source topic names")
-    try:
-        re.compile(text)
-    except re.error as e:
-        raise ConfigError(key, f"not a valid regular expression ({e})") from None
-    return text
-
-
-def _include_regex(key: str, value: Any) -> str:
-    """One regex, or a YAML list of them folded into one alternation (full-matched either way)."""
-    if isinstance(value, (list, tuple)):
-        items = [_regex(key, v) for v in value]
-        return "|".join(f"(?:{i})" for i in items) if items else _regex(key, "")
-    return _regex(key, value)
-
-
-def _boolean(key: str, value: Any) -> bool:
-    if isinstance(value, bool):
-        return value
-    text = str(value).strip().lower()
-    if text in ("true", "yes", "on", "1"):
-        return True
-    if text in ("false", "no", "off", "0"):
-        return False
-    raise ConfigError(key, f"expected true or false, got {value!r}")
-
-
-def _regex_list(key: str, value: Any) -> tuple[str, ...]:
-    items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
-    for item in items:
-        if not isinstance(item, str):
-            raise ConfigError(key, f"expected a list of regular expressions, got {item!r}")
-        _regex(key, item)
-    return tuple(i for i in items if i)
-
-
-def _name(key: str, value: Any) -> str:
-    text = str(value)
-    if not _NAME.match(text):
-        raise ConfigError(key, "expected 1-100 characters of letters, digits, '.', '_' or '-', "
-                               f"starting with a letter or digit; got {text!r}")
-    return text
-
-
-def _alias(key: str, value: Any) -> str:
-    # No '.': it separates the alias from the topic in prefix-policy names (`alias.topic`).
-    text = str(value)
-    if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$", text):
-        raise ConfigError(key, f"expected letters, digits, '_' or '-' (no '.'), got {text!r}")
-    return text
-
-
-def _group(key: str, value: Any) -> str:
-    text = str(value)
-    if text and (len(text) > 249 or not re.match(r"^[A-Za-z0-9._\-]+$", text)):
-        raise ConfigError(key, "expected up to 249 characters of letters, digits, '.', '_' or '-'")
-    return text
-
-
-def _master(key: str, value: Any) -> str:
-    text = str(value)
-    if text and not _MASTER.match(text):
-        raise ConfigError(key, "expected a Spark master URL: local, local[N], local[N,F], local[*], "
-                               f"spark://host:port, k8s://..., yarn; got {text!r}")
-    return text
-
-
-def _client_props(section: str) -> Callable[[str, Any], dict[str, str]]:
-    def check(key: str, value: Any) -> dict[str, str]:
-        if value is None:
-            return {}
-        if not isinstance(value, Mapping):
-            raise ConfigError(key, "expected a map of librdkafka properties (key: value)")
-        out: dict[str, str] = {}
-        for k, v in value.items():
-            if not isinstance(k, str) or not re.match(r"^[a-z0-9][a-z0-9._\-]*$", k):
-                raise ConfigError(f"{key}.{k}", "not a librdkafka property name")
-            if k in _RESERVED_CLIENT_KEYS[section]:
-                raise ConfigError(f"{key}.{k}", "set by the replicator itself (exactly-once depends on "
-                                                "it) and cannot be overridden")
-            if k == "bootstrap.servers":
-                raise ConfigError(f"{key}.{k}", f"use '{section}_bootstrap_servers' instead")
-            if isinstance(v, (dict, list)):
-                raise ConfigError(f"{key}.{k}", "expected a scalar value")
-            out[k] = str(v).lower() if isinstance(v, bool) else str(v)
-            # A misspelt security setting otherwise surfaces only as an opaque connection failure.
-            allowed = _CLIENT_CHOICES.get(k)
-            if allowed and out[k].upper() not in allowed:
-                raise ConfigError(f"{key}.{k}", f"expected one of {', '.join(allowed)}; got {out[k]!r}")
-            try:
-                secret_refs.resolve_value(f"{key}.{k}", out[k])  # fail now, not at the first connection
-            except secret_refs.SecretReferenceError as e:
-                raise ConfigError(f"{key}.{k}", str(e).split(": ", 1)[1]) from None
-        return out
-    return check
-
-
-def _spark_conf(key: str, value: Any) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping) or not all(str(k).startswith("spark.") for k in value):
-        raise ConfigError(key, "expected a map of Spark properties whose keys start with 'spark.'")
-    return {str(k): str(v) for k, v in value.items()}
-
-
-def _class_cache(key: str, value: Any) -> str:
-    text = str(value).strip()
-    if text != "off" and not (text.startswith("/") or text.startswith("~")):
-        raise ConfigError(key, "expected an absolute directory (or ~/...) or 'off'")
-    return text
-
-
-_VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
-    "source_bootstrap_servers": _bootstrap,
-    "target_bootstrap_servers": _bootstrap,
-    "topics": _include_regex,
-    "topics_exclude": _regex_list,
-    "name": _name,
-    "offsets_group": _group,
-    "shards": lambda k, v: _positive_int(k, v, 1, 4096),
-    "master": _master,
-    "guarantee": _choice("exactly-once", "at-least-once"),
-    "batch_duration_seconds": _positive_float,
-    "commit_interval_ms": lambda k, v: _positive_int(k, v, 1, 60_000),
-    "max_records_per_transaction": lambda k, v: _positive_int(k, v, 1),
-    "max_transaction_seconds": _positive_float,
-    "catch_up_transaction_seconds": _positive_float,
-    "transaction_timeout_ms": lambda k, v: _positive_int(k, v, 1000, _MAX_TRANSACTION_TIMEOUT_MS),
-    "trigger_interval_ms": lambda k, v: _positive_int(k, v, 0),
-    "on_data_loss": _choice("fail", "skip"),
-    "replication_policy": _choice("identity", "prefix"),
-    "source_alias": _alias,
-    "target_alias": _alias,
-    "refresh_topics_interval_seconds": _positive_float,
-    "offsets_refresh_interval_seconds": _positive_float,
-    "replication_factor": _replication_factor,
-    "sync_topic_configs": _boolean,
-    "sync_topic_configs_interval_seconds": _positive_float,
-    "config_sync_exclude": _regex_list,
-    "provenance_header": _boolean,
-    "translation_index": _boolean,
-    "group_sync_interval_seconds": _positive_float,
-    "groups": _include_regex,
-    "groups_exclude": _regex_list,
-    "sync_group_offsets": _boolean,
-    "mm2_compatible_checkpoints": _boolean,
-    "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
-    "metrics_host": _host,
-    "readiness_window_seconds": _positive_float,
-    "log_format": _choice("text", "json"),
-    "log_level": _choice("DEBUG", "INFO", "WARNING", "ERROR"),
-    "source": _client_props("source"),
-    "target": _client_props("target"),
-    "spark": _spark_conf,
-    "spark_class_cache": _class_cache,
-    "spark_class_cache_record": _boolean,
-}
-OPTIONS = tuple(_VALIDATORS)
+# Checks of options against each other, after each option's own; docs/configuration.md lists their docstrings.
+CROSS_CHECKS = (_not_onto_itself, _timeout_outlasts_transactions)
 
 
 def _normalise_key(key: str) -> str:
     return key.strip().replace("-", "_").lower()
+
+
+def _checked(opt: Option, value: Any) -> Any:
+    try:
+        return opt.check(opt.name, value)
+    except ConfigError as e:
+        # A scalar check may echo the value it refuses; a map's refusals never echo its values.
+        if opt.secret and e.key == opt.name and not opt.type.startswith("Mapping"):
+            raise ConfigError(opt.name, f"expected {opt.check.__doc__} (the value is not shown: it may hold a "
+                                        "secret)") from None
+        raise
 
 
 def read_file(path: str | Path) -> dict[str, Any]:
@@ -433,11 +402,11 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         rest = env_key[len(ENV_PREFIX):]
         # REPLICATOR_SOURCE__SASL_PASSWORD=... sets source: {sasl.password: ...}
         section, sep, prop = rest.partition("__")
-        if sep and section.lower() in ("source", "target"):
+        if sep and section.lower() in _PROPERTY_MAPS:
             out.setdefault(f"{section.lower()}.", {})[prop.lower().replace("_", ".")] = value
             continue
         key = _normalise_key(rest)
-        if key in _VALIDATORS and key not in ("source", "target", "spark"):
+        if key in _BY_NAME and _BY_NAME[key].env == "value":
             out[key] = value
     return out
 
@@ -449,7 +418,7 @@ def load(flags: Mapping[str, Any] | None = None, config_file: str | Path | None 
     if config_file:
         merged.update(read_file(config_file))
     env = from_environment(os.environ if environ is None else environ)
-    for section in ("source", "target"):
+    for section in _PROPERTY_MAPS:
         extra = env.pop(f"{section}.", None)
         if extra:
             base = merged.get(section) or {}
@@ -459,29 +428,17 @@ def load(flags: Mapping[str, Any] | None = None, config_file: str | Path | None 
     merged.update(env)
     merged.update({_normalise_key(k): v for k, v in (flags or {}).items() if v is not None})
 
-    unknown = sorted(set(merged) - set(_VALIDATORS))
+    unknown = sorted(set(merged) - set(_BY_NAME))
     if unknown:
-        import difflib
-
         close = difflib.get_close_matches(unknown[0], OPTIONS, n=1)
         hint = f"did you mean '{close[0]}'? " if close else ""
         raise ConfigError(unknown[0], f"unknown option; {hint}known options are: {', '.join(OPTIONS)}")
-    values = {key: _VALIDATORS[key](key, value) for key, value in merged.items()}
-    for required in ("source_bootstrap_servers", "target_bootstrap_servers", "topics"):
-        if required not in values:
-            _VALIDATORS[required](required, "")
+    values = {key: _checked(_BY_NAME[key], value) for key, value in merged.items()}
+    for opt in TABLE:
+        if opt.required and opt.name not in values:
+            opt.check(opt.name, "")  # says what is required
+            raise ConfigError(opt.name, "required")
     config = ReplicatorConfig(**values)
-    if (config.replication_policy == "identity"
-            and set(config.source_bootstrap_servers.split(",")) & set(config.target_bootstrap_servers.split(","))):
-        raise ConfigError("target_bootstrap_servers", "names the source cluster: with the identity policy every "
-                                                      "topic would be copied onto itself; use another cluster or "
-                                                      "replication_policy=prefix")
-    if config.transaction_timeout_ms < config.longest_transaction_seconds * 1000 * 2:
-        longest, needed = config.longest_transaction_seconds, math.ceil(config.longest_transaction_seconds * 2000)
-        fix = (f"use >= {needed} or shorter transactions" if needed <= _MAX_TRANSACTION_TIMEOUT_MS else
-               f"transactions can last at most {_MAX_TRANSACTION_TIMEOUT_MS // 2000} s")
-        raise ConfigError("transaction_timeout_ms", f"{config.transaction_timeout_ms} ms must be at least twice the "
-                                                    f"longest transaction, {longest:g} s (the larger of "
-                                                    "max_transaction_seconds and catch_up_transaction_seconds), so "
-                                                    f"a transaction never outlives its timeout: {fix}")
+    for cross_check in CROSS_CHECKS:
+        cross_check(config)
     return config

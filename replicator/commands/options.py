@@ -1,5 +1,5 @@
-"""What the commands share: the options of every command that talks to a replication's clusters,
-and loading the configuration from them (exit code 2 on an invalid one)."""
+"""What the commands share: the command-line flags of the option table (replicator/config.py), and
+loading the configuration from them (exit code 2 on an invalid one)."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import sys
 
 import click
 
+from replicator import config as config_mod
+
 
 def _load_config(config_file: str | None, flags: dict):
-    from replicator import config as config_mod
-
     try:
         return config_mod.load(flags, config_file)
     except config_mod.ConfigError as e:
@@ -18,21 +18,37 @@ def _load_config(config_file: str | None, flags: dict):
         sys.exit(2)
 
 
+_METAVARS = {"int": "INTEGER", "float": "NUMBER", "tuple[str, ...]": "REGEX,..."}
+
+
+def flag_help(opt: config_mod.Option) -> str:
+    if opt.required:
+        return f"{opt.doc} [required: here, in the environment or in the --config file]"
+    return f"{opt.doc} [default: {opt.shown_default}]"
+
+
+def _table_flags(flag_for: str):
+    # Every flag is a string, checked by the config like the file's and the environment's values (one
+    # refusal message, exit 2); None (not given) leaves the option to the environment, file or default.
+    return [click.option(opt.flag, opt.name, type=str, metavar=_METAVARS.get(opt.type, "TEXT"),
+                         help=flag_help(opt))
+            for opt in config_mod.TABLE if opt.flag_for == flag_for]
+
+
 def connection_options(f):
     """Options shared by every command that talks to a replication's clusters."""
     for opt in reversed([
         click.option("--config", "config_file", type=click.Path(dir_okay=False),
-                     help="YAML file with any option below plus `source:`/`target:` librdkafka maps."),
-        click.option("--source-bootstrap-servers", help="Source cluster, host:port[,host:port]."),
-        click.option("--target-bootstrap-servers", help="Target cluster, host:port[,host:port]."),
-        click.option("--topics", help="Regex of source topics to replicate (full match)."),
-        click.option("--topics-exclude", help="Comma-separated regexes to exclude (exclude wins)."),
-        click.option("--name", help="Job name: prefixes transactional ids; default group __replicator.NAME."),
-        click.option("--offsets-group", help="The fake consumer group on the target holding offsets."),
-        click.option("--replication-policy", help="identity (same names) or prefix (ALIAS.topic)."),
-        click.option("--source-alias", help="Source cluster alias used by the prefix policy."),
-        click.option("--target-alias", help="Target cluster alias: topics carrying it as a prefix are "
-                                            "replicas from the target and are never sent back."),
+                     help="YAML file with any option (docs/configuration.md) plus `source:`/`target:` librdkafka "
+                          "maps."),
+        *_table_flags(config_mod.CONNECTION),
     ]):
+        f = opt(f)
+    return f
+
+
+def run_options(f):
+    """The flags of options only `run` uses."""
+    for opt in reversed(_table_flags(config_mod.RUN)):
         f = opt(f)
     return f

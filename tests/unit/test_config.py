@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from replicator.config import ConfigError, is_secret, load
+from replicator import config_checks as accepts
+from replicator.config import ConfigError, Option, _checked, _redact, is_secret, load
 
 BASE = {"source_bootstrap_servers": "127.0.0.1:19092", "target_bootstrap_servers": "127.0.0.1:29092",
         "topics": "orders.*"}
@@ -180,3 +181,32 @@ def test_valid_configuration_with_security_settings_and_prefix_onto_the_same_clu
                environ={})
     assert cfg.source["security.protocol"] == "sasl_ssl"
     assert cfg.group == "__replicator.replicator"
+
+
+def test_secret_client_properties_never_appear_in_repr_or_the_loggable_view(monkeypatch):
+    monkeypatch.setenv("REPLICATOR_TEST_KEY_PW", "k3y")
+    cfg = load(_flags({"target": {"sasl.password": "hunter2", "sasl.username": "alice",
+                                  "ssl.key.password": "${env:REPLICATOR_TEST_KEY_PW}"}}), environ={})
+    assert "hunter2" not in repr(cfg) and "hunter2" not in str(cfg) and "k3y" not in repr(cfg)
+    shown = cfg.redacted()["target"]
+    assert shown == {"sasl.password": "***", "sasl.username": "alice",
+                     "ssl.key.password": "${env:REPLICATOR_TEST_KEY_PW}"}
+    assert cfg.target["sasl.password"] == "hunter2"  # the job itself still has it
+
+
+def test_a_secret_option_is_refused_without_echoing_its_value():
+    """No scalar option is a secret yet; one that is marked so never has its value in a refusal."""
+    token = Option(name="token", type="str", default="", check=accepts.job_name, section="x", doc="A token.",
+                   secret=True)
+    with pytest.raises(ConfigError) as e:
+        _checked(token, "hunter 2")
+    assert e.value.key == "token" and "hunter" not in str(e.value) and "letters, digits" in str(e.value)
+    assert _redact("token", "hunter2") == "***" and _redact("token", "${env:TOKEN}") == "${env:TOKEN}"
+
+
+def test_environment_client_properties_merge_into_the_files_map(tmp_path):
+    path = tmp_path / "replicator.yaml"
+    path.write_text("source:\n  security.protocol: SASL_SSL\n  sasl.username: alice\n")
+    cfg = load(_flags({}), config_file=path, environ={"REPLICATOR_SOURCE__SASL_USERNAME": "bob",
+                                                      "REPLICATOR_SOURCE__SASL_MECHANISM": "PLAIN"})
+    assert cfg.source == {"security.protocol": "SASL_SSL", "sasl.username": "bob", "sasl.mechanism": "PLAIN"}
