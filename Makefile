@@ -54,7 +54,7 @@ lint: $(STAMP)
 unit: $(STAMP) | .pytest-tmp
 	$(call pytest,unit) -q tests/unit
 
-# The Spark class-data archive the suite's jobs map (README, "class-data archive"), recorded once into
+# The Spark class-data archive the suite's jobs map (docs/design.md, "Restarts are short"), recorded once into
 # the checkout's cache: each of the suite's Spark starts then spends ~6 s less JVM CPU.
 TEST_CLASS_CACHE := $(CURDIR)/.cache/spark-classes
 # Only a speed-up: without an archive (the JVM too slow to write it on a loaded box) the tests still run.
@@ -82,11 +82,11 @@ demo: $(STAMP) jars
 chaos: $(STAMP) jars | .pytest-tmp
 	REPLICATOR_CHAOS_OUT=$(CURDIR)/.chaos $(call pytest,chaos) -q -m chaos tests
 
-# The engine's exactly-once check across Kafka 3.6 / 3.9 (KRaft and ZooKeeper) / 4.1 pairs (RELIABILITY.md).
+# The engine's exactly-once check across Kafka 3.6 / 3.9 (KRaft and ZooKeeper) / 4.1 pairs (docs/reliability.md, "Kafka versions").
 versions: $(STAMP) jars | .pytest-tmp
 	$(call pytest,versions) -q -m versions tests/integration/test_versions.py
 
-# An hour of steady replication with periodic faults (RELIABILITY.md); REPLICATOR_SOAK_MINUTES shortens it.
+# An hour of steady replication with periodic faults (docs/reliability.md, "make soak"); REPLICATOR_SOAK_MINUTES shortens it.
 soak: $(STAMP) jars | .pytest-tmp
 	REPLICATOR_SOAK_OUT=$(CURDIR)/.soak $(call pytest,soak) -q -s -m soak tests
 

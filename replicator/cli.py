@@ -137,7 +137,7 @@ def crash_traces() -> None:
     """A crash inside native code (librdkafka's assertions abort the process) leaves every Python
     thread's stack in the job's log (stderr), so the call that crashed is known. A multi-broker chaos
     run lost its driver to `rd_kafka_enq_once_del_source_return: Assertion eonce->refcnt > 0` during
-    the start-up checks with nothing else to go on (RELIABILITY.md)."""
+    the start-up checks with nothing else to go on (docs/reliability.md, "What the faults found")."""
     import faulthandler
 
     faulthandler.enable(all_threads=True)

@@ -204,7 +204,7 @@ class ReplicatorConfig:
 
     # --- Transactions
     # About one transaction per arrival of records, as MirrorMaker 2 commits one per poll. 10 ms kept
-    # p50 at 21-23 ms against 12-14 ms, for 0-15 % less CPU (BENCHMARKS.md, 2026-11-27).
+    # p50 at 21-23 ms against 12-14 ms, for 0-15 % less CPU (docs/design.md, "How a transaction is sized").
     commit_interval_ms: int = option(
         2, accepts.integer(1, 60_000), TRANSACTIONS, "How long a transaction stays open after its first record "
         "once the source is drained (longer under load).", flag_for=RUN)
@@ -220,7 +220,7 @@ class ReplicatorConfig:
         "invisible until their transaction commits, so this is also the lag a reader sees while the copy runs "
         "at its ceiling.")
     # Half the commits of 1 s transactions; each holds the copy loop for about four round trips
-    # (BENCHMARKS.md, 2026-12-01).
+    # (docs/design.md, "How a transaction is sized").
     catch_up_transaction_seconds: float = option(
         2.0, accepts.positive_number, TRANSACTIONS, "How long a transaction may grow while at least this many "
         "seconds of records wait at the source (a catch-up: a reader waits that long anyway). At or below "

@@ -82,7 +82,7 @@ def settled_end_offsets(bootstrap: str, topic: str, partitions: int, timeout: fl
     commit_transaction() returns once the commit is decided; the markers that move the last stable
     offset land after it. An end read right after the writers stopped could miss their last
     transaction, which the replicator then copied "beyond the end" (a 900 s timeout in the chaos
-    harness's wait for the fake group, 2026-11-25)."""
+    harness's wait for the fake group)."""
     deadline = time.monotonic() + timeout
     while True:
         committed = end_offsets(bootstrap, topic, partitions)
@@ -160,7 +160,7 @@ def _wait_for_markers(bootstrap: str, topic: str, written: dict[int, int], timeo
     commit_transaction() returns once the commit is decided; the markers land after it. An end
     offset read in between misses the marker, and a test waiting for the fake group to reach that
     end waits forever: the group is at the marker + 1 (300 s timeout in
-    test_target_topic_with_too_few_partitions_is_grown_before_any_write, CI 2026-11-26). The last
+    test_target_topic_with_too_few_partitions_is_grown_before_any_write in CI). The last
     stable offset passes the transaction's records only once its marker is written."""
     admin = AdminClient({"bootstrap.servers": bootstrap})
     deadline = time.monotonic() + timeout

@@ -72,7 +72,7 @@ class ReplicatorProcess:
         Sent once the driver catches SIGTERM: in its first ~150 ms (the interpreter and the CLI's
         imports) the default action kills it with -15, as it would any process. Nothing is written
         by then, so that is safe, but it is not the clean stop these tests check. It is the likeliest
-        cause of a bare exit-code failure in CI (2026-11-29): the final catch-up's condition can
+        cause of a bare exit-code failure in CI: the final catch-up's condition can
         hold before the job has started."""
         assert self.proc is not None
         wait_until(lambda: not self.running() or _catches(self.proc.pid, signal.SIGTERM), 60,

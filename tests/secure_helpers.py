@@ -77,7 +77,7 @@ def committed_records(box, cluster: str, topic: str, partitions: int) -> int:
 
 def _watermarks(consumer: Consumer, tp: TopicPartition, timeout: float = 30.0) -> tuple[int, int]:
     """Retried as an application would: a topic the job has just created answers NOT_LEADER until its
-    leadership reaches the broker asked (a clean-clone run failed on it, 2026-11-28)."""
+    leadership reaches the broker asked (a clean-clone run failed on it)."""
     deadline = time.monotonic() + timeout
     while True:
         try:

@@ -22,7 +22,7 @@ from pathlib import Path
 from replicator.sandbox.cluster import KafkaCluster, _cluster_id, port_open
 from replicator.sandbox.jars import DEFAULT_KAFKA_VERSION
 
-NODE_HEAP = "-Xms256m -Xmx384m"  # measured: see RELIABILITY.md ("Multi-broker sandbox")
+NODE_HEAP = "-Xms256m -Xmx384m"  # measured: see docs/reliability.md ("Multi-broker sandbox")
 ISOLATION_GID_BASE = 200_000  # + the node's port: unique on the machine, as its port is
 
 

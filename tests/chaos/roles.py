@@ -10,7 +10,7 @@ from replicator.clients.client_errors import while_retriable
 
 # A broker just restarted by the previous fault answers ListTransactions with "coordinator load in
 # progress" until it has read its transaction log: the lookup waits that out instead of failing the
-# run (make chaos, 2026-11-28 night: source-txn-coordinator-kill right after source-leader-isolate).
+# run (make chaos: source-txn-coordinator-kill right after source-leader-isolate).
 _LOOKUP_TIMEOUT_S = 120.0
 
 

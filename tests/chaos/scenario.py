@@ -22,7 +22,7 @@ Multi-broker clusters only (`sandbox up --brokers 3`), the other brokers keep se
                   the other brokers (not from clients) for 20 s, past the broker session timeout
                   (netfault.Isolation; run as root)
   target-group-coordinator-isolate   the same for the fake group's coordinator: cut off, it still
-                  answers the shards' OffsetFetch with the offsets it had (RELIABILITY.md)
+                  answers the shards' OffsetFetch with the offsets it had (docs/reliability.md, "What the faults found")
 Network (iptables on loopback, see netfault.py; any cluster shape):
   target-partition-short / target-partition-long / source-partition-long   every packet between the
                   clients and the cluster's brokers dropped for 3 s (under the 6 s transaction

@@ -5,7 +5,7 @@
 `make chaos` runs the full matrix (>= 1M records, >= 20 replicator kills, >= 4 broker bounces,
 >= 4 pauses, one zombie) and the multi-broker matrix (>= 1M records on two three-broker clusters,
 every multi-broker and slow-network kind 3 times), each for transaction.version 2 and 0;
-RELIABILITY.md records such runs.
+docs/reliability.md records the current results.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from tests.chaos.scenario import (
     ChaosRun,
 )
 
-# The full matrix; both knobs exist only to record a scaled-down run honestly in RELIABILITY.md.
+# The full matrix; both knobs exist only to record a scaled-down run honestly in docs/reliability.md.
 FULL_RECORDS = int(os.environ.get("REPLICATOR_CHAOS_RECORDS", "1000000"))
 KILL_ROUNDS = int(os.environ.get("REPLICATOR_CHAOS_KILL_ROUNDS", "10"))
 FULL_FAULTS = (["kill", "term"] * KILL_ROUNDS + ["pause", "zombie", "pause", "source-kill", "source-bounce",
@@ -125,7 +125,7 @@ def test_multi_broker_fault_matrix(multi_broker_sandbox, unique, tmp_path):
 
     In `make chaos`, not `make test`: the once-each run alone took 10 to 14 minutes, and on a crowded
     machine (load average ~25) two of three early runs ended with the job's streaming query failing
-    on Spark's hard-coded 10 s Python worker connect-back timeout (RELIABILITY.md)."""
+    on Spark's hard-coded 10 s Python worker connect-back timeout (docs/reliability.md, "Known limits")."""
     box = multi_broker_sandbox
     out = os.environ.get("REPLICATOR_CHAOS_OUT")
     workdir = Path(out) / f"multi-tv{box.tv}-{unique}" if out else tmp_path
@@ -158,7 +158,7 @@ def tv0_sandbox(tmp_path_factory):
 @pytest.mark.parametrize("tv", [2, 0])
 def test_full_fault_matrix(request, tv, unique, tmp_path):
     box = request.getfixturevalue("sandbox" if tv == 2 else "tv0_sandbox")
-    # REPLICATOR_CHAOS_OUT keeps the logs, ground truth and verify report of a run (RELIABILITY.md).
+    # REPLICATOR_CHAOS_OUT keeps the logs, ground truth and verify report of a run (docs/reliability.md).
     out = os.environ.get("REPLICATOR_CHAOS_OUT")
     workdir = Path(out) / f"tv{tv}-{unique}" if out else tmp_path
     workdir.mkdir(parents=True, exist_ok=True)

@@ -2,8 +2,8 @@
 librdkafka (`rd_kafka_enq_once_del_source_return: Assertion 'eonce->refcnt > 0'`). The job's
 start-up checks describe two groups that way; on fresh three-broker clusters under load the
 coordinator answered later than the request timeout and the driver died in 6 of 8 first starts of the
-multi-broker chaos matrix (RELIABILITY.md). Here the coordinator is made "slower" than the wait by
-shrinking the wait: the checks' describe must survive it."""
+multi-broker chaos matrix (docs/reliability.md, "What the faults found"). Here the coordinator is made
+"slower" than the wait by shrinking the wait: the checks' describe must survive it."""
 
 from __future__ import annotations
 

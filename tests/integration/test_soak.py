@@ -1,5 +1,5 @@
 """`make soak`: an hour of steady replication with periodic faults; tests/chaos/soak.py says what is
-sampled and the bounds checked. RELIABILITY.md records a run.
+sampled and the bounds checked. docs/reliability.md ("make soak") records the current result.
 
     REPLICATOR_SOAK_MINUTES (60)  REPLICATOR_SOAK_RATE (records/s, 500)  REPLICATOR_SOAK_FAULT_EVERY_S (300)
 """

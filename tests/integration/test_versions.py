@@ -6,7 +6,7 @@ then must hold exactly the source's committed records, with nothing open on the 
 the test's own reader and by `replicator verify --quiesced --require-caught-up`.
 
 `make versions` runs the matrix (marker `versions`, not part of `make test`: about 4 minutes per
-pair on this 2-core machine, see RELIABILITY.md).
+pair on this 2-core machine, see docs/reliability.md, "Kafka versions").
 """
 
 from __future__ import annotations
@@ -95,7 +95,7 @@ def _run_pair(tmp_path_factory, unique: str, source: str, target: str) -> None:
         box.down()
 
 
-# (source, target): why each pair matters is in RELIABILITY.md ("Kafka versions").
+# (source, target): why each pair matters is in docs/reliability.md ("Kafka versions").
 MATRIX = [("3.6.2", "4.1.2"), ("4.1.2", "3.6.2"), ("3.9.1" + ZK, "4.1.2"), ("4.1.2", "3.9.1")]
 
 

@@ -1,5 +1,5 @@
 """What a shard task tells the driver is settled: the driver takes those partitions' lag as 0
-without asking the clusters (BENCHMARKS.md, 2026-11-26 night), so a partition must leave the set as
+without asking the clusters (docs/design.md, "The driver"), so a partition must leave the set as
 soon as anything of it is copied or unsure, and join it only once the group holds the source's end."""
 
 from __future__ import annotations

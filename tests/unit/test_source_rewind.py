@@ -1,5 +1,5 @@
 """A source consumer that goes back below a partition's copy position (seen once under source
-rolling restarts, RELIABILITY.md) must not make the shard copy those records a second time."""
+rolling restarts, docs/design.md, "Source realities") must not make the shard copy those records a second time."""
 
 from __future__ import annotations
 
