@@ -125,8 +125,8 @@ def test_query_restarts_when_a_python_worker_misses_the_connect_back_timeout(san
     """Spark gives the streaming source's Python runner, started with each query, 10 s to connect
     back (hard-coded). On a crowded machine it missed them and the job exited 1, in the soak and in
     both multi-broker chaos runs (docs/reliability.md, "What the faults found"). Here the interpreter
-    Spark starts is a wrapper that holds the runner's first start for 15 s, as a load average of 30 did: the job must start the
-    query again in process and copy exactly."""
+    Spark starts is a wrapper that holds the runner's first start for 15 s, as a load average of 30
+    did: the job must start the query again in process and copy exactly."""
     topic, name = f"slowpy-{unique}", f"slowpy-{unique}"
     create_topic(sandbox.source.bootstrap, topic, PARTITIONS)
     committed = produce_transactional(sandbox.source.bootstrap, topic, sample_records(20_000), f"src-{unique}",
