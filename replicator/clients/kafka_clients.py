@@ -160,19 +160,24 @@ def target_probe(cfg: ReplicatorConfig) -> Consumer:
     }))
 
 
-def translator_reader(cfg: ReplicatorConfig, role: str = "target", fetch_wait_ms: int | None = None) -> Consumer:
-    """Reads assigned partitions of `role`'s cluster read_committed from the earliest offset to
-    their end (end-of-partition events on), under the translator group's id (never joined or
-    committed): the translation, checkpoint and promotion-marker reads. `fetch_wait_ms` is a default
-    the user's properties may override (short probes of the index want answers at once)."""
-    servers = cfg.source_bootstrap_servers if role == "source" else cfg.target_bootstrap_servers
+def reader_to_end(props: dict, bootstrap: str, group: str, fetch_wait_ms: int | None = None) -> Consumer:
+    """Reads assigned partitions read_committed from the earliest offset to their end
+    (end-of-partition events on), under `group`'s id, never joined or committed. `fetch_wait_ms` is
+    a default the user's properties may override (short probes want answers at once)."""
     wait = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
     return Consumer(with_logging({
         **wait,
-        **_member_less(cfg.client_properties(role), servers, names.translator_group(cfg.name)),
+        **_member_less(props, bootstrap, group),
         "enable.partition.eof": True,
         "auto.offset.reset": "earliest",
     }))
+
+
+def translator_reader(cfg: ReplicatorConfig, role: str = "target", fetch_wait_ms: int | None = None) -> Consumer:
+    """`reader_to_end` on `role`'s cluster under the translator group's id: the translation,
+    checkpoint and promotion-marker reads."""
+    servers = cfg.source_bootstrap_servers if role == "source" else cfg.target_bootstrap_servers
+    return reader_to_end(cfg.client_properties(role), servers, names.translator_group(cfg.name), fetch_wait_ms)
 
 
 def target_writer(cfg: ReplicatorConfig, linger_ms: int | None = None) -> Producer:

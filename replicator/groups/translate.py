@@ -37,11 +37,11 @@ from dataclasses import asdict, dataclass
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
+from replicator import names
 from replicator.clients import kafka_clients
 from replicator.clients.partition_reads import read_to_end
 from replicator.config import ReplicatorConfig
 from replicator.groups.index import IndexEntry, entry_key, index_partition
-from replicator.names import index_topic
 from replicator.offsets import read_committed
 from replicator.replication_policy import PROVENANCE_HEADER, policy_for
 
@@ -66,6 +66,12 @@ class Translation:
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+
+def _reader(props: dict, bootstrap: str, name: str) -> Consumer:
+    """The translation's reader of one cluster; `commands.groups` (divergence) reads the source
+    with it too. Index probes read a few records each: answered at once, not after a fetch wait."""
+    return kafka_clients.reader_to_end(props, bootstrap, names.translator_group(name), fetch_wait_ms=10)
 
 
 def _to_end(consumer: Consumer, topic: str, partition: int, start: int) -> Iterator[Message]:
@@ -93,7 +99,7 @@ class IndexReader:
 
     def __init__(self, consumer: Consumer, job_name: str, partitions: int) -> None:
         self.consumer = consumer
-        self.topic = index_topic(job_name)
+        self.topic = names.index_topic(job_name)
         self.partitions = partitions
         self.probes = 0
         self.records_read = 0
@@ -152,11 +158,11 @@ class Translator:
     def __init__(self, cfg: ReplicatorConfig, source_reachable: bool = True) -> None:
         self.cfg = cfg
         self.policy = policy_for(cfg)
-        # Index probes read a few records each: answered at once, not after librdkafka's fetch wait.
-        self.target = kafka_clients.translator_reader(cfg, "target", fetch_wait_ms=10)
-        self.source = kafka_clients.translator_reader(cfg, "source", fetch_wait_ms=10) if source_reachable else None
+        self.target = _reader(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.name)
+        self.source = (_reader(cfg.client_properties("source"), cfg.source_bootstrap_servers, cfg.name)
+                       if source_reachable else None)
         self.group = kafka_clients.group_reader(cfg)
-        topic = index_topic(cfg.name)
+        topic = names.index_topic(cfg.name)
         md = self.target.list_topics(topic, timeout=30).topics.get(topic)
         partitions = len(md.partitions) if md is not None and md.error is None and md.partitions else 0
         self.index = IndexReader(self.target, cfg.name, partitions) if partitions else None
