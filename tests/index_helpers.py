@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from confluent_kafka import Consumer, TopicPartition
 
-from replicator.groups.index import INDEX_PARTITIONS, IndexEntry, index_topic, parse_key
+from replicator.groups.index import INDEX_PARTITIONS, IndexEntry, parse_key
+from replicator.names import index_topic
 from tests.kafka_helpers import commit_member_less, read_all, record_view
 
 

@@ -15,7 +15,7 @@ from __future__ import annotations
 import re
 from dataclasses import asdict, dataclass
 
-from replicator.clients.kafka_clients import source_reader_group
+from replicator import names
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 
@@ -104,11 +104,6 @@ def _literal(pattern: str) -> str | None:
     return text.replace("\x00", "")
 
 
-def translator_group(cfg: ReplicatorConfig) -> str:
-    """The group.id of the translation and checkpoint readers (never joined or committed)."""
-    return f"{cfg.name}.translator"
-
-
 def _grants(cluster: str, principal: str, resource_type: str, pattern: str, name: str,
             *grants: tuple[str, str, str]) -> list[Acl]:
     """The entries for one resource and principal: an (operation, feature, why) each."""
@@ -141,7 +136,7 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                                           "ones (AlterConfigs implies DescribeConfigs)"))
     if cfg.exactly_once and cfg.translation_index:
         acls += _index_and_group_sync(cfg, src, dst)
-    acls += _grants("source", src, "Group", "LITERAL", source_reader_group(cfg),
+    acls += _grants("source", src, "Group", "LITERAL", names.source_reader_group(cfg.name),
                     ("Describe", REQUIRED, "librdkafka looks up the coordinator of its consumer's group.id "
                                            "(FindCoordinator) although the job never joins that group or commits "
                                            "to it"))
@@ -149,7 +144,7 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                     ("Read", REQUIRED, "the offsets group: source offsets are committed into it in each transaction "
                                        "and read back at every start (Read implies Describe)"))
     if cfg.exactly_once:
-        acls += _grants("target", dst, "TransactionalId", "PREFIXED", f"{cfg.name}-shard-",
+        acls += _grants("target", dst, "TransactionalId", "PREFIXED", names.transactional_id_prefix(cfg.name),
                         ("Write", REQUIRED, "one transactional producer per shard, `<name>-shard-<n>` (Write implies "
                                             "Describe)"))
     return sorted(acls, key=lambda a: (a.cluster != "source", FEATURES.index(a.feature), a.resource_type,
@@ -158,11 +153,7 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
 
 def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl]:
     """The translation index (written with every copy), the promotion marker, and group sync."""
-    from replicator.groups.checkpoints import checkpoints_topic, mm2_checkpoints_topic
-    from replicator.groups.index import index_topic
-    from replicator.groups.promotion import marker_topic
-
-    index, translator = index_topic(cfg.name), translator_group(cfg)
+    index, translator = names.index_topic(cfg.name), names.translator_group(cfg.name)
     acls = _grants(
         "target", dst, "Topic", "LITERAL", index,
         ("Write", REQUIRED, "the translation index: one exact source->target offset entry per copy transaction"),
@@ -170,7 +161,7 @@ def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl
         ("AlterConfigs", CONFIG_SYNC, "check the translation index keeps records as long as the replicated topics, "
                                       "and raise its retention if not (AlterConfigs implies DescribeConfigs)"),
         ("Read", GROUP_SYNC, "translate source offsets to target offsets through the index"))
-    acls += _grants("target", dst, "Topic", "LITERAL", marker_topic(cfg.name),
+    acls += _grants("target", dst, "Topic", "LITERAL", names.marker_topic(cfg.name),
                     ("Describe", REQUIRED, "see the switchover/failover marker topic: the job stops if the target was "
                                            "promoted (without it a promoted target would not be noticed)"),
                     ("Create", PROMOTION, "`switchover`/`failover` create the promotion marker topic"),
@@ -186,12 +177,12 @@ def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl
         acls += _grants(cluster, principal, "Group", "LITERAL", translator,
                         ("Describe", GROUP_SYNC, f"coordinator lookup of the {reader} reader's group.id (never "
                                                  f"joined or committed)"))
-    acls += _grants("target", dst, "Topic", "LITERAL", checkpoints_topic(cfg.name),
+    acls += _grants("target", dst, "Topic", "LITERAL", names.checkpoints_topic(cfg.name),
                     ("Create", GROUP_SYNC, "create the checkpoints topic at the first start"),
                     ("Write", GROUP_SYNC, "write group checkpoints"),
                     ("Read", GROUP_SYNC, "load the checkpoints at start"))
     if cfg.mm2_compatible_checkpoints:
-        acls += _grants("target", dst, "Topic", "LITERAL", mm2_checkpoints_topic(cfg.source_alias),
+        acls += _grants("target", dst, "Topic", "LITERAL", names.mm2_checkpoints_topic(cfg.source_alias),
                         ("Create", GROUP_SYNC, "create MirrorMaker 2's checkpoints topic at the first start "
                                                "(mm2_compatible_checkpoints)"),
                         ("Write", GROUP_SYNC, "write MirrorMaker 2-format checkpoints (mm2_compatible_checkpoints)"))

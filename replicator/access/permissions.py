@@ -17,14 +17,14 @@ from collections.abc import Iterable
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
 from confluent_kafka.admin import AclOperation, AdminClient, NewTopic
 
-from replicator.access.acls import principal_of, topic_patterns, translator_group
-from replicator.clients.kafka_clients import source_reader_group
+from replicator import names
+from replicator.access.acls import principal_of, topic_patterns
+from replicator.clients.client_errors import COORDINATOR_BUSY, is_authorization_error
 from replicator.config import ReplicatorConfig
+from replicator.internal_topics import checkpoint_topics, create_marker_topic, ensure_checkpoint_topics
 from replicator.replication_policy import policy_for
 
 log = logging.getLogger("replicator.permissions")  # the log's public name, kept when the module moved
-_AUTH_ERRORS = (KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
-                KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED)
 _OP_NAMES = {AclOperation.READ: "Read", AclOperation.WRITE: "Write", AclOperation.CREATE: "Create",
              AclOperation.ALTER: "Alter", AclOperation.DESCRIBE_CONFIGS: "DescribeConfigs",
              AclOperation.ALTER_CONFIGS: "AlterConfigs", AclOperation.DESCRIBE: "Describe"}
@@ -36,10 +36,6 @@ _ALL = set(AclOperation)
 
 class PermissionDenied(RuntimeError):
     """A required ACL is missing (exit code 1); the message says which and for whom."""
-
-
-def is_authorization_error(err: KafkaError | None) -> bool:
-    return err is not None and err.code() in _AUTH_ERRORS
 
 
 def who(cfg: ReplicatorConfig, role: str) -> str:
@@ -100,9 +96,7 @@ def check_target(cfg: ReplicatorConfig, target: AdminClient, selected: dict[str,
     policy = policy_for(cfg)
     targets = {policy.target_topic(s): s for s in selected}
     if cfg.translation_index and cfg.exactly_once:
-        from replicator.groups.index import index_topic
-
-        targets[index_topic(cfg.name)] = ""
+        targets[names.index_topic(cfg.name)] = ""
     ops_by_topic = _topic_operations(target, targets)
     skipped_sync: list[str] = []
     for topic, ops in ops_by_topic.items():
@@ -155,10 +149,6 @@ def check_source_configs(cfg: ReplicatorConfig, source: AdminClient, selected: I
     return dataclasses.replace(cfg, sync_topic_configs=False)
 
 
-_COORDINATOR_BUSY = (KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE,
-                     KafkaError.NOT_COORDINATOR, KafkaError._TIMED_OUT)
-
-
 # How long one DescribeGroups is waited for before another one is sent (the earlier stays pending).
 GROUP_DESCRIBE_WAIT_S = 5.0
 # librdkafka 2.16 aborts the whole process (`rd_kafka_enq_once_del_source_return: Assertion
@@ -193,7 +183,7 @@ def _describe_group(admin: AdminClient, group: str, timeout: float = 60.0):
             try:
                 return fut.result()
             except KafkaException as e:
-                if e.args[0].code() not in _COORDINATOR_BUSY:
+                if e.args[0].code() not in COORDINATOR_BUSY:
                     raise
                 busy = e
         if busy is not None:
@@ -208,9 +198,7 @@ def check_promotion_marker(cfg: ReplicatorConfig, target: AdminClient) -> None:
     that the target was promoted, and would copy into it again."""
     if not (cfg.translation_index and cfg.exactly_once):
         return
-    from replicator.groups.promotion import marker_topic
-
-    topic = marker_topic(cfg.name)
+    topic = names.marker_topic(cfg.name)
     ops = _topic_operations(target, [topic]).get(topic)
     if isinstance(ops, KafkaError) and is_authorization_error(ops):
         raise denied(cfg, "target", "Describe", f"Topic '{topic}'",
@@ -222,9 +210,7 @@ def check_promotion_write(cfg: ReplicatorConfig, target: AdminClient) -> None:
     anything: refused half-way, a promotion would leave the job fenced with no marker. Write can
     only be asked of an existing topic, so the topic is created here, empty (an empty marker topic
     is not a promotion, see `promotion.promoted`)."""
-    from replicator.groups.promotion import create_marker_topic, marker_topic
-
-    topic = marker_topic(cfg.name)
+    topic = names.marker_topic(cfg.name)
     purpose = "write the promotion marker (switchover, failover)"
     ops = _topic_operations(target, [topic]).get(topic)
     deadline = time.monotonic() + 30
@@ -247,7 +233,7 @@ def check_promotion_write(cfg: ReplicatorConfig, target: AdminClient) -> None:
 
 def check_source_group(cfg: ReplicatorConfig, source: AdminClient) -> None:
     """Describe on the source consumer's group.id: librdkafka looks up its coordinator."""
-    group = source_reader_group(cfg)
+    group = names.source_reader_group(cfg.name)
     try:
         _describe_group(source, group)
     except KafkaException as e:
@@ -280,7 +266,8 @@ def creation_denied(cfg: ReplicatorConfig, topic: str, grow: bool) -> Permission
 
 
 def transactional_id_denied(cfg: ReplicatorConfig, transactional_id: str) -> PermissionDenied:
-    return denied(cfg, "target", "Write", f"TransactionalId '{transactional_id}' (prefix '{cfg.name}-shard-')",
+    prefix = names.transactional_id_prefix(cfg.name)
+    return denied(cfg, "target", "Write", f"TransactionalId '{transactional_id}' (prefix '{prefix}')",
                   "write exactly once")
 
 
@@ -289,11 +276,8 @@ def check_group_sync(cfg: ReplicatorConfig, source: AdminClient, target: AdminCl
     granted. Missing ones switch the feature off, said once, each named with principal, operation and
     resource. When nothing else is missing, the checkpoints topic is created here if absent (the
     feature's first step): Write and Read on a topic can only be asked once it exists."""
-    from replicator.groups.checkpoints import checkpoints_topic, ensure_topics, mm2_checkpoints_topic
-    from replicator.groups.index import index_topic
-
     missing: list[str] = []
-    translator = translator_group(cfg)
+    translator = names.translator_group(cfg.name)
     for role, admin, op in (("source", source, AclOperation.DESCRIBE), ("target", target, AclOperation.READ)):
         for pattern, name in topic_patterns(cfg.groups):
             # Any group name the pattern covers asks the same question; `*` covers them all.
@@ -303,19 +287,19 @@ def check_group_sync(cfg: ReplicatorConfig, source: AdminClient, target: AdminCl
                 missing.append(lacks(cfg, role, [_OP_NAMES[op]], f"Group '{name}'{kind}"))
         if AclOperation.DESCRIBE not in _group_operations(admin, translator):
             missing.append(lacks(cfg, role, ["Describe"], f"Group '{translator}'"))
-    index = index_topic(cfg.name)
+    index = names.index_topic(cfg.name)
     ops = _topic_operations(target, [index])[index]
     if (isinstance(ops, KafkaError) and is_authorization_error(ops)) or (isinstance(ops, set)
                                                                          and AclOperation.READ not in ops):
         missing.append(lacks(cfg, "target", ["Read"], f"Topic '{index}'"))
-    wanted = {checkpoints_topic(cfg.name): ("Write", "Read")}
-    if cfg.mm2_compatible_checkpoints:
-        wanted[mm2_checkpoints_topic(cfg.source_alias)] = ("Write",)
+    # The job's own checkpoints are written and read back; MirrorMaker 2's are only written.
+    own, *mm2 = checkpoint_topics(cfg)
+    wanted = {own: ("Write", "Read"), **{t: ("Write",) for t in mm2}}
     found = _topic_operations(target, wanted)
     absent = [t for t, o in found.items() if isinstance(o, KafkaError) and not is_authorization_error(o)]
     missing += [lacks(cfg, "target", ["Create"], f"Topic '{t}'") for t in absent if not _may_create(cfg, target, t)]
     if not missing and absent:
-        ensure_topics(cfg, target)
+        ensure_checkpoint_topics(cfg, target)
         found = _topic_operations(target, wanted)
     if not missing:
         for topic, needed in wanted.items():

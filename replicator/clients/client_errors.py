@@ -4,7 +4,12 @@ librdkafka flags an error as fatal, retriable or abortable, but those flags alon
 transactional copier must do: an authorization failure also asks for an abort, and no retry will
 ever fix it; a fenced producer is fatal to its instance, yet the shard must simply start over from
 the target. Every caller (the shard's copy loop, producer initialisation, offset reads, fencing)
-asks `classify` instead of reading the flags itself, so they all agree.
+asks `classify` instead of reading the flags itself, so they all agree. `verdict` gives the whole
+answer (the outcome, whether the cause passes by itself, whether it is a refused permission);
+`classify`, `transient` and `is_authorization_error` are its parts.
+
+The named sets of Kafka error codes the replicator tells apart live here too, so no module keeps a
+private list of its own.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import Enum
 from typing import TypeVar
 
@@ -28,6 +34,20 @@ class Outcome(Enum):
     RECREATE = "recreate"  # this client instance is unusable; a new one can go on
     FATAL = "fatal"  # no retry can help: stop with the error
 
+
+# A permission the principal lacks (an ACL): `access.permissions` names which, and for whom.
+AUTHORIZATION_FAILED = frozenset({
+    KafkaError.TOPIC_AUTHORIZATION_FAILED, KafkaError.GROUP_AUTHORIZATION_FAILED,
+    KafkaError.CLUSTER_AUTHORIZATION_FAILED, KafkaError.TRANSACTIONAL_ID_AUTHORIZATION_FAILED,
+})
+# A group coordinator that is moving or still loading (a fresh cluster's __consumer_offsets), or an
+# answer that did not come in time: asked again.
+COORDINATOR_BUSY = frozenset({
+    KafkaError.COORDINATOR_LOAD_IN_PROGRESS, KafkaError.COORDINATOR_NOT_AVAILABLE, KafkaError.NOT_COORDINATOR,
+    KafkaError._TIMED_OUT,
+})
+# A topic's metadata error that means "not there for this principal": absent, or not visible to it.
+TOPIC_NOT_VISIBLE = frozenset({KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED})
 
 _FENCED = frozenset({
     KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -54,6 +74,19 @@ _TRANSIENT = frozenset({
     KafkaError._TIMED_OUT_QUEUE, KafkaError._PURGE_QUEUE, KafkaError._PURGE_INFLIGHT, KafkaError._RESOLVE,
     KafkaError.NETWORK_EXCEPTION, KafkaError._NODE_UPDATE, KafkaError.KAFKA_STORAGE_ERROR,
 })
+
+
+@dataclass(frozen=True)
+class Verdict:
+    outcome: Outcome  # what the caller does now
+    transient: bool  # the cause goes away by itself: worth retrying for longer than a few attempts
+    authorization: bool  # a permission is missing: no retry helps, the message names the ACL
+
+
+def verdict(err: KafkaError) -> Verdict:
+    """The whole answer about one error; `classify`, `transient` and `is_authorization_error` are
+    its parts, for callers that ask only one question."""
+    return Verdict(classify(err), transient(err), is_authorization_error(err))
 
 
 def classify(err: KafkaError) -> Outcome:
@@ -86,6 +119,10 @@ def transient(err: KafkaError) -> bool:
     if _refused_after_failure(err):
         return True
     return err.code() not in _FATAL and err.code() not in _FENCED and (err.retriable() or err.code() in _TRANSIENT)
+
+
+def is_authorization_error(err: KafkaError | None) -> bool:
+    return err is not None and err.code() in AUTHORIZATION_FAILED
 
 
 def while_retriable(call: Callable[[], T], timeout: float, what: str, first_wait: float = 0.1,

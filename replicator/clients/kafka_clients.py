@@ -1,4 +1,5 @@
-"""confluent-kafka client factories: the settings exactly-once depends on, and user pass-through.
+"""confluent-kafka client factories (the engine, `groups`, `access` and `topics` build their clients
+here): the settings exactly-once depends on, and user pass-through.
 
 User properties (`source:` / `target:` in the config: TLS, SASL, tuning) come first; the keys the
 guarantee rests on are set last and cannot be overridden (config validation rejects them).
@@ -12,6 +13,7 @@ import logging
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient
 
+from replicator import names
 from replicator.config import ReplicatorConfig
 from replicator.logs import RepeatFilter
 
@@ -48,11 +50,6 @@ def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
     return out
 
 
-def source_reader_group(cfg: ReplicatorConfig) -> str:
-    """The group.id of the source consumer (librdkafka requires one; nothing is committed to it)."""
-    return f"{cfg.name}.source-reader"
-
-
 def source_consumer(cfg: ReplicatorConfig) -> Consumer:
     """Reads assigned ranges only; never subscribes and never commits on the source."""
     return Consumer(with_logging({
@@ -82,7 +79,7 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         "fetch.queue.backoff.ms": 20,
         **cfg.client_properties("source"),
         "bootstrap.servers": cfg.source_bootstrap_servers,
-        "group.id": source_reader_group(cfg),
+        "group.id": names.source_reader_group(cfg.name),
         "enable.auto.commit": False,
         "enable.auto.offset.store": False,
         "isolation.level": "read_committed",
@@ -126,34 +123,69 @@ def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Prod
     return producer
 
 
-def _member_less(cfg: ReplicatorConfig) -> dict:
-    """A consumer on the target under the fake group's id (which the job's ACLs cover) that never
-    joins the group and never commits, reading committed data and stable offsets only."""
+def _member_less(props: dict, bootstrap: str, group: str) -> dict:
+    """A consumer under `group`'s id that never joins the group and never commits (unless asked
+    to), reading committed data and stable offsets only."""
     return {
-        **cfg.client_properties("target"),
-        "bootstrap.servers": cfg.target_bootstrap_servers,
-        "group.id": cfg.group,
+        **props,
+        "bootstrap.servers": bootstrap,
+        "group.id": group,
         "enable.auto.commit": False,
         # Stable offsets only: pending transactional commits are waited for, never read.
         "isolation.level": "read_committed",
     }
 
 
+def group_handle(props: dict, bootstrap: str, group: str) -> Consumer:
+    """A member-less handle on any group: reads its committed offsets and commits into it as the
+    admin API does (generation -1, refused by the coordinator while the group has members)."""
+    return Consumer(with_logging(_member_less(props, bootstrap, group)))
+
+
 def group_reader(cfg: ReplicatorConfig) -> Consumer:
-    """A member-less handle on the fake group: reads its committed offsets, supplies its metadata."""
-    return Consumer(with_logging(_member_less(cfg)))
+    """A member-less handle on the fake group (which the job's ACLs cover): reads its committed
+    offsets, supplies its metadata."""
+    return group_handle(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.group)
 
 
 def target_probe(cfg: ReplicatorConfig) -> Consumer:
     """Reads one target partition read_committed from a given offset (a commit in doubt, see
     `commit_outcome`)."""
     return Consumer(with_logging({
-        **_member_less(cfg),
+        **_member_less(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.group),
         "enable.auto.offset.store": False,
         "enable.partition.eof": True,
         "auto.offset.reset": "error",
         "fetch.wait.max.ms": 100,
     }))
+
+
+def reader_to_end(props: dict, bootstrap: str, group: str, fetch_wait_ms: int | None = None) -> Consumer:
+    """Reads assigned partitions read_committed from the earliest offset to their end
+    (end-of-partition events on), under `group`'s id, never joined or committed. `fetch_wait_ms` is
+    a default the user's properties may override (short probes want answers at once)."""
+    wait = {} if fetch_wait_ms is None else {"fetch.wait.max.ms": fetch_wait_ms}
+    return Consumer(with_logging({
+        **wait,
+        **_member_less(props, bootstrap, group),
+        "enable.partition.eof": True,
+        "auto.offset.reset": "earliest",
+    }))
+
+
+def translator_reader(cfg: ReplicatorConfig, role: str = "target", fetch_wait_ms: int | None = None) -> Consumer:
+    """`reader_to_end` on `role`'s cluster under the translator group's id: the translation,
+    checkpoint and promotion-marker reads."""
+    servers = cfg.source_bootstrap_servers if role == "source" else cfg.target_bootstrap_servers
+    return reader_to_end(cfg.client_properties(role), servers, names.translator_group(cfg.name), fetch_wait_ms)
+
+
+def target_writer(cfg: ReplicatorConfig, linger_ms: int | None = None) -> Producer:
+    """A non-transactional idempotent producer on the target, every write acknowledged by all
+    in-sync replicas: the job's own records outside the copy (checkpoints, the promotion marker)."""
+    linger = {} if linger_ms is None else {"linger.ms": linger_ms}
+    return Producer(with_logging({**cfg.client_properties("target"), "bootstrap.servers": cfg.target_bootstrap_servers,
+                                  "enable.idempotence": True, "acks": "all", **linger}))
 
 
 def kafka_error(exc: BaseException) -> KafkaError | None:

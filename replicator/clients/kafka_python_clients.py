@@ -40,3 +40,11 @@ def client_settings(props: Mapping[str, str], bootstrap: str) -> dict[str, Any]:
         if key in _CLIENT_KEYS:
             out[_CLIENT_KEYS[key]] = value.upper() if key == "security.protocol" else value
     return out
+
+
+def admin_client(props: Mapping[str, str], bootstrap: str):
+    """A kafka-python admin client for these librdkafka properties (imported on use: only some
+    commands and features need kafka-python)."""
+    from kafka import KafkaAdminClient
+
+    return KafkaAdminClient(**client_settings(props, bootstrap))

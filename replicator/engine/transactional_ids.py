@@ -1,4 +1,5 @@
-"""The job's transactional ids: the one place that names them, recognises them and fences them.
+"""The job's transactional ids: which ones to fence, and fencing them (`names` spells and parses them;
+`shard_id` and `parse` here are those, under the names the engine calls them by).
 
 Every shard writes under one static id, `<name>-shard-<n>`. Whatever could still hold one of the
 job's ids (a zombie of an earlier layout, a run that died before its first commit, a run under an
@@ -10,7 +11,6 @@ aborts the transaction it left open.
 from __future__ import annotations
 
 import logging
-import re
 import time
 from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
@@ -20,10 +20,12 @@ from confluent_kafka import KafkaException
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import Outcome, classify, while_retriable
 from replicator.config import ReplicatorConfig
+from replicator.names import parse_shard_transactional_id as parse
+from replicator.names import shard_transactional_id as shard_id
+from replicator.names import transactional_id_sort_key as _sort_key
 
 log = logging.getLogger("replicator.transactional_ids")  # the log's public name, kept when the module moved
 
-_INFIX = "-shard-"
 _FENCE_TIMEOUT_S = 60.0
 _FENCE_THREADS = 16
 
@@ -34,19 +36,6 @@ class FenceError(RuntimeError):
     def __init__(self, message: str, failures: list[tuple[str, BaseException]] | None = None) -> None:
         super().__init__(message)
         self.failures = failures or []  # (transactional id, what init_transactions() raised)
-
-
-def shard_id(name: str, shard: int) -> str:
-    return f"{name}{_INFIX}{shard}"
-
-
-def parse(name: str, transactional_id: str) -> int | None:
-    """The shard number if the id is one of job `name`'s ids; None otherwise.
-
-    Exact, not a prefix test: job `a`'s ids must not claim job `a-shard-x`'s (`a-shard-x-shard-0`).
-    """
-    m = re.fullmatch(re.escape(name + _INFIX) + r"(0|[1-9][0-9]*)", transactional_id)
-    return int(m.group(1)) if m else None
 
 
 def listed(cfg: ReplicatorConfig, names: Iterable[str]) -> list[str]:
@@ -80,11 +69,6 @@ def to_fence(cfg: ReplicatorConfig, layouts: Iterable[tuple[str, int]], listed_i
         ids.update(shard_id(name, s) for s in range(shards))
     ids.update(listed_ids)
     return sorted(ids, key=_sort_key)
-
-
-def _sort_key(txn_id: str) -> tuple[str, int]:
-    head, _, tail = txn_id.rpartition(_INFIX)
-    return (head, int(tail) if tail.isdigit() else -1)
 
 
 def fence(cfg: ReplicatorConfig, ids: list[str], timeout: float = _FENCE_TIMEOUT_S) -> None:

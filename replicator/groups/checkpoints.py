@@ -17,23 +17,18 @@ from __future__ import annotations
 import json
 import struct
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic
+from confluent_kafka import Producer, TopicPartition
 
-from replicator.clients.kafka_clients import with_logging
+from replicator import names
+from replicator.clients import kafka_clients
+from replicator.clients.partition_reads import read_to_end
 from replicator.config import ReplicatorConfig
+from replicator.internal_topics import ensure_checkpoint_topics as ensure_topics  # noqa: F401 - `commands.groups` asks here
 
-_TOPIC_ALREADY_EXISTS = 36
-
-
-def checkpoints_topic(job_name: str) -> str:
-    return f"__replicator.{job_name}.checkpoints"
-
-
-def mm2_checkpoints_topic(source_alias: str) -> str:
-    return f"{source_alias}.checkpoints.internal"
+_LOAD_STALL_S = 120.0
 
 
 @dataclass
@@ -90,37 +85,14 @@ def _read_string(data: bytes, pos: int) -> tuple[str, int]:
     return data[pos + 2:pos + 2 + n].decode(), pos + 2 + n
 
 
-def ensure_topics(cfg: ReplicatorConfig, target: AdminClient) -> None:
-    wanted = [checkpoints_topic(cfg.name)]
-    if cfg.mm2_compatible_checkpoints:
-        wanted.append(mm2_checkpoints_topic(cfg.source_alias))
-    existing = target.list_topics(timeout=30).topics
-    new = [NewTopic(t, 1, cfg.replication_factor, config={"cleanup.policy": "compact"})
-           for t in wanted if t not in existing]
-    if not new:
-        return
-    for topic, fut in target.create_topics(new, request_timeout=60).items():
-        try:
-            fut.result()
-        except Exception as e:  # noqa: BLE001 - KafkaException; already there is fine
-            err = e.args[0] if e.args else None
-            if not (isinstance(err, KafkaError) and err.code() == _TOPIC_ALREADY_EXISTS):
-                raise RuntimeError(f"creating the checkpoints topic {topic!r} failed: {e}") from None
-    deadline = time.monotonic() + 60
-    while any(t not in target.list_topics(timeout=30).topics for t in wanted):
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"checkpoints topics {wanted} not visible 60s after creation")
-        time.sleep(0.2)
-
-
 class CheckpointStore:
     """The checkpoints topic, loaded whole at start (compacted: one record per key) and appended to."""
 
     def __init__(self, cfg: ReplicatorConfig, read_only: bool = False) -> None:
         self.cfg = cfg
         self.read_only = read_only  # dry runs and status commands: changes stay in memory
-        self.topic = checkpoints_topic(cfg.name)
-        self.mm2_topic = mm2_checkpoints_topic(cfg.source_alias) if cfg.mm2_compatible_checkpoints else None
+        self.topic = names.checkpoints_topic(cfg.name)
+        self.mm2_topic = names.mm2_checkpoints_topic(cfg.source_alias) if cfg.mm2_compatible_checkpoints else None
         self.checkpoints: dict[tuple[str, str, int], Checkpoint] = {}
         self.groups: dict[str, GroupState] = {}
         self._producer: Producer | None = None
@@ -131,29 +103,14 @@ class CheckpointStore:
         self._loaded = False
 
     def load(self) -> CheckpointStore:
-        consumer = Consumer(with_logging({**self.cfg.client_properties("target"),
-                                          "bootstrap.servers": self.cfg.target_bootstrap_servers,
-                                          "group.id": f"{self.cfg.name}.translator", "enable.auto.commit": False,
-                                          "isolation.level": "read_committed", "enable.partition.eof": True,
-                                          "auto.offset.reset": "earliest"}))
+        consumer = kafka_clients.translator_reader(self.cfg)
         try:
             md = consumer.list_topics(self.topic, timeout=30).topics.get(self.topic)
             if md is None or md.error is not None:
                 return self
-            consumer.assign([TopicPartition(self.topic, p, 0) for p in md.partitions])
-            done: set[int] = set()
-            deadline = time.monotonic() + 120
-            while len(done) < len(md.partitions):
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"reading {self.topic} did not reach its end in 120s")
-                # poll() returns at the first event; consume(n, timeout) would wait out its timeout.
-                first = consumer.poll(1.0)
-                for m in [first, *consumer.consume(1000, 0)] if first is not None else []:
-                    if m.error() is not None:
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            done.add(m.partition())
-                            continue
-                        raise RuntimeError(f"reading {self.topic}: {m.error().str()}")
+            starts = [TopicPartition(self.topic, p, 0) for p in md.partitions]
+            with closing(read_to_end(consumer, starts, stall_s=_LOAD_STALL_S)) as records:
+                for m in records:
                     self._apply(m.key(), m.value())
         finally:
             consumer.close()
@@ -182,9 +139,7 @@ class CheckpointStore:
 
     def _produce(self) -> Producer:
         if self._producer is None:
-            self._producer = Producer(with_logging({**self.cfg.client_properties("target"),
-                                                    "bootstrap.servers": self.cfg.target_bootstrap_servers,
-                                                    "enable.idempotence": True, "acks": "all", "linger.ms": 5}))
+            self._producer = kafka_clients.target_writer(self.cfg, linger_ms=5)
         return self._producer
 
     def _on_delivery(self, err, _msg) -> None:

@@ -23,15 +23,12 @@ from __future__ import annotations
 import zlib
 from dataclasses import dataclass
 
+from replicator.names import index_topic  # noqa: F401 - `engine.shard_copy` names the topic through this module
+
 VERSION = 1
 FLAG_NOT_CONTIGUOUS = 1  # the target offsets did not follow one another: someone else wrote there
 # Fixed at creation and never grown: the partition of a key must not change while entries exist.
 INDEX_PARTITIONS = 8
-
-
-def index_topic(job_name: str) -> str:
-    """`__`-prefixed: never selected for replication (a reverse job must not copy it back)."""
-    return f"__replicator.{job_name}.xlate"
 
 
 def entry_key(target_topic: str, partition: int) -> bytes:

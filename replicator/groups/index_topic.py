@@ -4,17 +4,20 @@ kept at least as long as the data it translates (retention never below the repli
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import KafkaException
 from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, ConfigResource, NewTopic
 
 from replicator.access import permissions
+from replicator.clients.client_errors import is_authorization_error
+from replicator.clients.topic_creation import create_topic_if_missing
 from replicator.config import ReplicatorConfig
-from replicator.groups.index import INDEX_PARTITIONS, index_topic
+from replicator.groups.index import INDEX_PARTITIONS
+from replicator.names import index_topic
 from replicator.topics.sync import VISIBLE_TIMEOUT_S
 
 log = logging.getLogger(__name__)
-_TOPIC_ALREADY_EXISTS = 36
 KAFKA_DEFAULT_RETENTION_MS = 7 * 24 * 3600 * 1000
 
 
@@ -48,7 +51,7 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
     try:
         described = _describe(target, target_topics)
     except KafkaException as e:
-        if not permissions.is_authorization_error(e.args[0]):
+        if not is_authorization_error(e.args[0]):
             raise
         # DescribeConfigs on the target topics is an optional ACL (config sync): size for the default.
         log.warning("translation index retention: %s; assuming Kafka's default retention for them",
@@ -61,16 +64,14 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
         configs = {"cleanup.policy": "delete", "retention.ms": str(retention), "retention.bytes": "-1",
                    "message.timestamp.type": "CreateTime"}
         rf = cfg.replication_factor
-        fut = target.create_topics([NewTopic(name, INDEX_PARTITIONS, rf, config=configs)], request_timeout=60)[name]
         try:
-            fut.result()
-            log.info("created the translation index topic %s (retention.ms=%d)", name, retention,
-                     extra={"event": "index_topic_created", "topic": name})
+            if create_topic_if_missing(target, NewTopic(name, INDEX_PARTITIONS, rf, config=configs)):
+                log.info("created the translation index topic %s (retention.ms=%d)", name, retention,
+                         extra={"event": "index_topic_created", "topic": name})
         except KafkaException as e:
-            if permissions.is_authorization_error(e.args[0]):
+            if is_authorization_error(e.args[0]):
                 raise permissions.creation_denied(cfg, name, grow=False) from None
-            if e.args[0].code() != _TOPIC_ALREADY_EXISTS:
-                raise RuntimeError(f"creating the translation index topic {name!r} failed: {e.args[0].str()}") from None
+            raise RuntimeError(f"creating the translation index topic {name!r} failed: {e.args[0].str()}") from None
         _await(target, name)
         return name
     operation = "DescribeConfigs/AlterConfigs"  # the set grants AlterConfigs, which implies DescribeConfigs
@@ -84,7 +85,7 @@ def ensure_index_topic(cfg: ReplicatorConfig, target: AdminClient, target_topics
             log.info("raised the translation index retention.ms from %d to %d", have, retention,
                      extra={"event": "index_retention_raised", "topic": name})
     except KafkaException as e:
-        if not permissions.is_authorization_error(e.args[0]):
+        if not is_authorization_error(e.args[0]):
             raise
         log.warning("translation index retention sizing skipped: %s; keep its retention.ms at least the "
                     "replicated topics' (%d)", permissions.lacks(cfg, "target", [operation], f"Topic '{name}'"),
@@ -101,8 +102,6 @@ def _describe(admin: AdminClient, topics: list[str]) -> dict[str, dict[str, str]
 
 
 def _await(target: AdminClient, name: str, timeout: float = VISIBLE_TIMEOUT_S) -> None:
-    import time
-
     deadline = time.monotonic() + timeout
     while True:
         md = target.list_topics(name, timeout=30).topics.get(name)

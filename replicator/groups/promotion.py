@@ -11,22 +11,23 @@ from __future__ import annotations
 
 import json
 import time
+from contextlib import closing
 from dataclasses import asdict, dataclass
 
-from confluent_kafka import Consumer, IsolationLevel, KafkaError, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic, OffsetSpec
+from confluent_kafka import Consumer, IsolationLevel, KafkaException, TopicPartition
+from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from replicator.access import permissions
-from replicator.clients.kafka_clients import with_logging
+from replicator.clients import kafka_clients
+from replicator.clients.client_errors import TOPIC_NOT_VISIBLE, is_authorization_error
+from replicator.clients.partition_reads import ReadError, read_to_end
 from replicator.config import ReplicatorConfig
+from replicator.internal_topics import create_marker_topic
+from replicator.names import marker_topic
 from replicator.offsets import read_committed
 from replicator.topics.sync import TopicMapping
 
-_TOPIC_ALREADY_EXISTS = 36
-
-
-def marker_topic(job_name: str) -> str:
-    return f"__replicator.{job_name}.promoted"
+_READ_STALL_S = 60.0
 
 
 @dataclass(frozen=True)
@@ -53,9 +54,6 @@ class Marker:
         return cls(d["kind"], float(d["at"]), tuple(CutPoint(**c) for c in d["cut"]))
 
 
-_NOT_THERE = (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError.TOPIC_AUTHORIZATION_FAILED)
-
-
 def promoted(target: AdminClient, job_name: str) -> bool:
     """True once the marker topic holds a marker (the cheap check `run` makes, at start and while
     running; Describe suffices). An empty marker topic is no promotion: `switchover`/`failover`
@@ -66,47 +64,28 @@ def promoted(target: AdminClient, job_name: str) -> bool:
     # a broker with auto.create.topics.enable=true); not authorized to see it reads as not there, as
     # it did when the topic was looked for in the full listing.
     md = target.list_topics(topic, timeout=30).topics.get(topic)
-    if md is None or (md.error is not None and md.error.code() in _NOT_THERE):
+    if md is None or (md.error is not None and md.error.code() in TOPIC_NOT_VISIBLE):
         return False
     tp = TopicPartition(topic, 0)
     return target.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30)[tp].result().offset > 0
 
 
-def create_marker_topic(cfg: ReplicatorConfig, target: AdminClient) -> None:
-    """Creates the (empty) marker topic unless it exists; KafkaException on any other refusal."""
-    topic = marker_topic(cfg.name)
-    fut = target.create_topics([NewTopic(topic, 1, cfg.replication_factor, config={"retention.ms": "-1"})],
-                               request_timeout=60)[topic]
-    try:
-        fut.result()
-    except KafkaException as e:
-        err = e.args[0] if e.args else None
-        if not (isinstance(err, KafkaError) and err.code() == _TOPIC_ALREADY_EXISTS):  # promoted once before
-            raise
-
-
 def read_marker(cfg: ReplicatorConfig) -> Marker | None:
     topic = marker_topic(cfg.name)
-    consumer = Consumer(with_logging({**cfg.client_properties("target"),
-                                      "bootstrap.servers": cfg.target_bootstrap_servers,
-                                      "group.id": f"{cfg.name}.translator", "enable.auto.commit": False,
-                                      "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
+    consumer = kafka_clients.translator_reader(cfg)
     try:
         if topic not in consumer.list_topics(timeout=30).topics:
             return None
-        consumer.assign([TopicPartition(topic, 0, 0)])
-        latest, deadline = None, time.monotonic() + 60
-        while time.monotonic() < deadline:
-            for m in consumer.consume(100, 1.0):
-                if m.error() is not None:
-                    if m.error().code() == KafkaError._PARTITION_EOF:
-                        return latest
-                    if permissions.is_authorization_error(m.error()):
-                        raise permissions.denied(cfg, "target", "Read", f"Topic '{topic}'",
-                                                 "read the promotion marker's cut")
-                    raise RuntimeError(f"reading {topic}: {m.error().str()}")
+        latest = None
+        with closing(read_to_end(consumer, [TopicPartition(topic, 0, 0)], stall_s=_READ_STALL_S)) as records:
+            for m in records:
                 latest = Marker.from_json(m.value())
-        raise RuntimeError(f"reading {topic} did not reach its end in 60s")
+        return latest
+    except ReadError as e:
+        if is_authorization_error(e.error):
+            raise permissions.denied(cfg, "target", "Read", f"Topic '{topic}'",
+                                     "read the promotion marker's cut") from None
+        raise
     finally:
         consumer.close()
 
@@ -134,9 +113,7 @@ def write_marker(cfg: ReplicatorConfig, target: AdminClient, marker: Marker) -> 
         create_marker_topic(cfg, target)
     except KafkaException as e:
         raise RuntimeError(f"creating the promotion marker topic {topic!r} failed: {e}") from None
-    producer = Producer(with_logging({**cfg.client_properties("target"),
-                                      "bootstrap.servers": cfg.target_bootstrap_servers,
-                                      "enable.idempotence": True, "acks": "all"}))
+    producer = kafka_clients.target_writer(cfg)
     errors: list[str] = []
     deadline = time.monotonic() + 60
     while True:

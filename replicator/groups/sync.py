@@ -21,22 +21,24 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
+from replicator import names
 from replicator.access import permissions
-from replicator.clients import kafka_clients
+from replicator.clients import kafka_clients, kafka_python_clients
+from replicator.clients.client_errors import is_authorization_error
 from replicator.config import ReplicatorConfig
-from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState, ensure_topics
+from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState
 from replicator.groups.translate import Translation, Translator
+from replicator.internal_topics import ensure_checkpoint_topics
 from replicator.offsets import read_committed
 from replicator.replication_policy import policy_for
 from replicator.topics import sync as topic_sync
 
 log = logging.getLogger(__name__)
 # Never checkpointed or synced: broker, Connect and tooling internals, MirrorMaker 2's, and every
-# replicator's own groups (fake groups `__replicator.*`, `<name>.source-reader`, `<name>.translator`).
-INTERNAL_GROUPS = (r"__.*", r"console-consumer-.*", r"connect-.*", r"mm2-.*", r".*\.source-reader",
-                   r".*\.translator")
+# replicator's own groups (offsets groups `__replicator.*`, and the reader groups).
+INTERNAL_GROUPS = (r"__.*", r"console-consumer-.*", r"connect-.*", r"mm2-.*", *names.READER_GROUP_PATTERNS)
 NO_OFFSET = -1001
 
 
@@ -86,17 +88,12 @@ class GroupStatus:
 # coordinator admin requests can abort on a dropped connection (librdkafka #5397): either kills the
 # job's driver. The commit is the same non-transactional OffsetCommit (generation -1, no member id)
 # the admin API sends, which the coordinator refuses while the group has members.
-def _group_client(props: dict, bootstrap: str, group: str) -> Consumer:
-    return Consumer(kafka_clients.with_logging({**props, "bootstrap.servers": bootstrap, "group.id": group,
-                                                "enable.auto.commit": False, "isolation.level": "read_committed"}))
-
-
 def group_offsets(props: dict, bootstrap: str, group: str, tps: list[tuple[str, int]]
                   ) -> dict[tuple[str, int], tuple[int, str]]:
     """(topic, partition) -> (committed offset, metadata) of `group`, stable offsets only."""
     if not tps:
         return {}
-    client = _group_client(props, bootstrap, group)
+    client = kafka_clients.group_handle(props, bootstrap, group)
     try:
         result = client.committed([TopicPartition(t, p) for t, p in tps], timeout=30)
     finally:
@@ -109,7 +106,7 @@ def commit_group(props: dict, bootstrap: str, group: str, offsets: dict[tuple[st
                  ) -> str | None:
     """Commits as the admin API does (refused while the group has members). None when accepted,
     else why not."""
-    client = _group_client(props, bootstrap, group)
+    client = kafka_clients.group_handle(props, bootstrap, group)
     tps = [TopicPartition(t, p, o, metadata=m) if m else TopicPartition(t, p, o)
            for (t, p), (o, m) in sorted(offsets.items())]
     try:
@@ -135,7 +132,7 @@ class GroupSync:
         self.source = kafka_clients.source_admin(cfg) if source_reachable else None
         self.target = kafka_clients.target_admin(cfg)
         if not dry_run:
-            ensure_topics(cfg, self.target)
+            ensure_checkpoint_topics(cfg, self.target)
         self.store = CheckpointStore(cfg, read_only=dry_run).load()
         self.translator = Translator(cfg, source_reachable)
         self._stop = threading.Event()
@@ -187,14 +184,10 @@ class GroupSync:
         34 source groups (py-spy, BENCHMARKS.md), and grew with groups x partitions. An offset inside
         an open transaction of the application is not returned until it commits (no require_stable:
         the last stable one is), which a sync round every few seconds then picks up."""
-        from kafka import KafkaAdminClient
-
-        from replicator.clients.kafka_python_clients import client_settings
-
         try:
             if self._offsets_admin is None:  # a source unreachable now fails this round, not the thread
-                self._offsets_admin = KafkaAdminClient(**client_settings(self.cfg.client_properties("source"),
-                                                                         self.cfg.source_bootstrap_servers))
+                self._offsets_admin = kafka_python_clients.admin_client(self.cfg.client_properties("source"),
+                                                                        self.cfg.source_bootstrap_servers)
             answer = self._offsets_admin.list_group_offsets({group: None}).get(group, {})
         except Exception as e:  # noqa: BLE001 - kafka-python's errors: this group's round fails, the next retries
             # kafka-python 3.0 caches a group's coordinator and never forgets it: once the coordinator
@@ -365,10 +358,8 @@ class GroupSync:
         self._close_offsets_admin()
 
     def _close_offsets_admin(self) -> None:
-        from replicator.clients.kafka_python_clients import close_quietly
-
         admin, self._offsets_admin = self._offsets_admin, None
-        close_quietly(admin)
+        kafka_python_clients.close_quietly(admin)
 
 
 class GroupSyncObserver:
@@ -388,7 +379,7 @@ class GroupSyncObserver:
         except (KafkaException, RuntimeError) as e:
             err = e.args[0] if isinstance(e, KafkaException) and e.args else None
             refused = f" ({permissions.who(self.cfg, 'target')} / {permissions.who(self.cfg, 'source')} was " \
-                      f"refused)" if isinstance(err, KafkaError) and permissions.is_authorization_error(err) else ""
+                      f"refused)" if isinstance(err, KafkaError) and is_authorization_error(err) else ""
             log.error("group sync not started%s: %s", refused, err.str() if isinstance(err, KafkaError) else e,
                       extra={"event": "group_sync_failed"})
 

@@ -30,17 +30,18 @@ from __future__ import annotations
 
 import hashlib
 import logging
-import time
 from collections import deque
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import asdict, dataclass
 
-from confluent_kafka import Consumer, KafkaError, Message, TopicPartition
+from confluent_kafka import Consumer, Message, TopicPartition
 
+from replicator import names
 from replicator.clients import kafka_clients
+from replicator.clients.partition_reads import read_to_end
 from replicator.config import ReplicatorConfig
-from replicator.groups.index import IndexEntry, entry_key, index_partition, index_topic
+from replicator.groups.index import IndexEntry, entry_key, index_partition
 from replicator.offsets import read_committed
 from replicator.replication_policy import PROVENANCE_HEADER, policy_for
 
@@ -68,37 +69,14 @@ class Translation:
 
 
 def _reader(props: dict, bootstrap: str, name: str) -> Consumer:
-    return Consumer(kafka_clients.with_logging({"fetch.wait.max.ms": 10, **props, "bootstrap.servers": bootstrap,
-                                                "group.id": f"{name}.translator", "enable.auto.commit": False,
-                                                "isolation.level": "read_committed", "enable.partition.eof": True,
-                                                "auto.offset.reset": "earliest"}))
+    """The translation's reader of one cluster; `commands.groups` (divergence) reads the source
+    with it too. Index probes read a few records each: answered at once, not after a fetch wait."""
+    return kafka_clients.reader_to_end(props, bootstrap, names.translator_group(name), fetch_wait_ms=10)
 
 
 def _to_end(consumer: Consumer, topic: str, partition: int, start: int) -> Iterator[Message]:
-    """Committed records of one partition from `start` until its end, for a caller that may stop
-    early: close the generator (`contextlib.closing`) to unassign at once."""
-    consumer.assign([TopicPartition(topic, partition, start)])
-    deadline = time.monotonic() + _STALL_S
-    try:
-        while True:
-            # consume(n, timeout) waits out the whole timeout unless n records arrive, even after the
-            # partition's end: a probe of a few index records took a full second (a 30-group sync
-            # round 160 s). poll() returns at the first record or end-of-partition event; consume
-            # with no wait then takes what is already fetched.
-            first = consumer.poll(_POLL_S)
-            msgs = [first, *consumer.consume(500, 0)] if first is not None else []
-            if not msgs and time.monotonic() > deadline:
-                raise RuntimeError(f"reading {topic}[{partition}] from {start}: no record and no end in {_STALL_S}s")
-            deadline = time.monotonic() + _STALL_S if msgs else deadline
-            for m in msgs:
-                err = m.error()
-                if err is not None:
-                    if err.code() == KafkaError._PARTITION_EOF:
-                        return
-                    raise RuntimeError(f"reading {topic}[{partition}] from {start}: {err.str()}")
-                yield m
-    finally:
-        consumer.unassign()
+    """Committed records of one partition from `start` until its end (see `read_to_end`)."""
+    return read_to_end(consumer, [TopicPartition(topic, partition, start)], stall_s=_STALL_S, poll_s=_POLL_S)
 
 
 def read_records(consumer: Consumer, topic: str, partition: int, start: int, stop: int | None = None,
@@ -121,7 +99,7 @@ class IndexReader:
 
     def __init__(self, consumer: Consumer, job_name: str, partitions: int) -> None:
         self.consumer = consumer
-        self.topic = index_topic(job_name)
+        self.topic = names.index_topic(job_name)
         self.partitions = partitions
         self.probes = 0
         self.records_read = 0
@@ -184,7 +162,7 @@ class Translator:
         self.source = (_reader(cfg.client_properties("source"), cfg.source_bootstrap_servers, cfg.name)
                        if source_reachable else None)
         self.group = kafka_clients.group_reader(cfg)
-        topic = index_topic(cfg.name)
+        topic = names.index_topic(cfg.name)
         md = self.target.list_topics(topic, timeout=30).topics.get(topic)
         partitions = len(md.partitions) if md is not None and md.error is None and md.partitions else 0
         self.index = IndexReader(self.target, cfg.name, partitions) if partitions else None

@@ -34,6 +34,7 @@ from confluent_kafka.admin import (
 )
 
 from replicator.access import permissions
+from replicator.clients.client_errors import is_authorization_error
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 from replicator.topics.filter import TopicFilter
@@ -54,8 +55,6 @@ CONFIG_EXCLUDES = (
 # Decided by the replicator itself, whatever the excludes say.
 MANAGED = ("cleanup.policy", "message.timestamp.type", "max.message.bytes")
 KAFKA_DEFAULT_MAX_MESSAGE_BYTES = 1_048_588
-_TOPIC_ALREADY_EXISTS = 36
-_INVALID_PARTITIONS = 37
 # Failures are plain RuntimeErrors: when one ends the streaming query, the driver reports it by its
 # "RuntimeError: " line, so the user reads e.g. why a target topic could not be grown.
 
@@ -242,7 +241,7 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
     for topic, err in _outcomes(cfg, created, grow=False):
         if err is None:
             log.info("created target topic %s", topic, extra={"event": "topic_created", "topic": topic})
-        elif err.code() != _TOPIC_ALREADY_EXISTS:  # else another planner got there first
+        elif err.code() != KafkaError.TOPIC_ALREADY_EXISTS:  # else another planner got there first
             raise RuntimeError(f"creating target topic {topic!r} failed: {err.str()}")
     grown = target.create_partitions(to_grow, request_timeout=60) if to_grow else {}
     for topic, err in _outcomes(cfg, grown, grow=True):
@@ -251,7 +250,7 @@ def ensure_target_topics(cfg: ReplicatorConfig, source: AdminClient, target: Adm
             continue
         # INVALID_PARTITIONS: the driver's and the planner's refreshes both grew it; fine if it is.
         wanted = next(p.mapping.partitions for p in plans if p.mapping.target == topic)
-        if err.code() != _INVALID_PARTITIONS or _partitions(target, topic) < wanted:
+        if err.code() != KafkaError.INVALID_PARTITIONS or _partitions(target, topic) < wanted:
             raise RuntimeError(f"target topic {topic!r} has fewer partitions than its source and could "
                                f"not be grown: {err.str()}")
     if to_create or to_grow:
@@ -276,7 +275,7 @@ def _outcomes(cfg: ReplicatorConfig, futures: Mapping[str, Future], grow: bool
 
 
 def _denied(e: KafkaException) -> bool:
-    return bool(e.args) and permissions.is_authorization_error(e.args[0])
+    return bool(e.args) and is_authorization_error(e.args[0])
 
 
 def _partitions(target: AdminClient, topic: str) -> int:

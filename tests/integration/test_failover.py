@@ -124,7 +124,7 @@ def test_failover_of_a_job_that_never_replicated_here_writes_nothing(sandbox, un
     fenced nothing and moved no group while the real job copies on."""
     from confluent_kafka.admin import AdminClient
 
-    from replicator.groups.promotion import marker_topic
+    from replicator.names import marker_topic
 
     name = f"never-{unique}"
     for dry in ([], ["--dry-run"]):

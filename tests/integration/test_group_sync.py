@@ -14,10 +14,11 @@ from replicator import config
 from replicator.clients import kafka_clients
 from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups import sync as sync_mod
-from replicator.groups.checkpoints import CheckpointStore, mm2_checkpoints_topic, parse_mm2
+from replicator.groups.checkpoints import CheckpointStore, parse_mm2
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.sync import GroupSync, group_offsets
 from replicator.groups.translate import Translator, read_records
+from replicator.names import mm2_checkpoints_topic
 from replicator.sandbox.jars import classpath
 from replicator.topics import sync as topic_sync
 from tests.engine_checks import sample_records

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from replicator import config as config_mod
+from replicator import names
 from replicator.access import acls
 from replicator.groups import promotion
 from replicator.sandbox.security import CertificateAuthority
@@ -176,7 +177,7 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
     [status] = [g for g in doc["groups"] if g["group"] == app]
     assert doc["dry_run"] and doc["marker"] is None and status["rpo_offsets"] == 0, doc
     assert {p["partition"]: p["target_offset"] for p in status["partitions"]} == wanted, status
-    assert promotion.marker_topic(name) not in admin(box, "target").list_topics(timeout=30).topics
+    assert names.marker_topic(name) not in admin(box, "target").list_topics(timeout=30).topics
 
     # A real failover needs the promotion ACLs too (marker topic Create/Write/Read), and no more:
     # it fences the shards, writes the cut and leaves the application's group where the sync put it.
@@ -292,7 +293,7 @@ def test_each_missing_promotion_acl_stops_the_command_naming_it(box, unique, tmp
     assert proc.returncode == 1 and time.monotonic() - started < BOUNDED_S, output
     message = next((line for line in output.splitlines() if "does not allow" in line), "")
     assert "the target cluster" in message and "writer" in message, output[-3000:]
-    assert f" {gone.operation} Topic '{promotion.marker_topic(name)}'" in message, message
+    assert f" {gone.operation} Topic '{names.marker_topic(name)}'" in message, message
     if command == "failover":
         assert not promotion.promoted(admin(box, "target"), name)
     assert_no_secrets(box, output, f"{command}'s output")

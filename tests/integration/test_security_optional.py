@@ -23,7 +23,8 @@ from replicator.access import acls, permissions
 from replicator.clients import kafka_clients
 from replicator.engine.job import preflight
 from replicator.engine.shard_copy import CopyRange, ShardCopier
-from replicator.groups.index import INDEX_PARTITIONS, index_topic
+from replicator.groups.index import INDEX_PARTITIONS
+from replicator.names import index_topic
 from tests import secure_helpers as secure
 from tests.integration.test_security import PARTITIONS, READER, WRITER, acl_set
 

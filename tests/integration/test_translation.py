@@ -11,8 +11,9 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 from replicator import config
 from replicator.clients import kafka_clients
 from replicator.engine.shard_copy import CopyRange, InjectedFault, ShardCopier
-from replicator.groups.index import index_partition, index_topic
+from replicator.groups.index import index_partition
 from replicator.groups.index_topic import ensure_index_topic
+from replicator.names import index_topic
 from replicator.topics import sync as topic_sync
 from tests.engine_checks import sample_records
 from tests.index_helpers import assert_index_exact, read_index

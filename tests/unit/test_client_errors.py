@@ -5,7 +5,15 @@ from __future__ import annotations
 import pytest
 from confluent_kafka import KafkaError
 
-from replicator.clients.client_errors import Outcome, classify, transient
+from replicator.clients.client_errors import (
+    AUTHORIZATION_FAILED,
+    Outcome,
+    Verdict,
+    classify,
+    is_authorization_error,
+    transient,
+    verdict,
+)
 
 
 @pytest.mark.parametrize("code", [KafkaError._FENCED, KafkaError.PRODUCER_FENCED, KafkaError.INVALID_PRODUCER_EPOCH,
@@ -68,3 +76,26 @@ def test_a_broker_going_away_is_transient_even_when_the_transaction_must_abort()
     assert not transient(KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "x", retriable=True))
     assert not transient(KafkaError(KafkaError.PRODUCER_FENCED, "x"))
     assert not transient(KafkaError(KafkaError._STATE, "x", txn_requires_abort=True))
+
+
+@pytest.mark.parametrize("err", [
+    KafkaError(KafkaError.PRODUCER_FENCED, "x", fatal=True),
+    KafkaError(KafkaError.TOPIC_AUTHORIZATION_FAILED, "x", txn_requires_abort=True),
+    KafkaError(KafkaError.GROUP_AUTHORIZATION_FAILED, "x"),
+    KafkaError(KafkaError._STATE, "x"),
+    KafkaError(KafkaError._TRANSPORT, "x", txn_requires_abort=True),
+    KafkaError(KafkaError.COORDINATOR_LOAD_IN_PROGRESS, "x"),
+    KafkaError(KafkaError._FATAL, "x"),
+    KafkaError(KafkaError.UNKNOWN, "x"),
+])
+def test_the_verdict_is_every_answer_at_once(err):
+    v = verdict(err)
+    assert (v.outcome, v.transient, v.authorization) == (classify(err), transient(err), is_authorization_error(err))
+
+
+def test_authorization_failures_are_fatal_and_not_transient():
+    for code in AUTHORIZATION_FAILED:
+        v = verdict(KafkaError(code, "x", retriable=True))
+        assert v == Verdict(Outcome.FATAL, False, True)
+    assert not is_authorization_error(None)
+    assert not verdict(KafkaError(KafkaError.SASL_AUTHENTICATION_FAILED, "x")).authorization

@@ -12,10 +12,10 @@ from replicator.groups.index import (
     entry_from_copy,
     entry_key,
     index_partition,
-    index_topic,
     parse_key,
 )
 from replicator.groups.index_topic import wanted_retention_ms
+from replicator.names import index_topic
 
 
 def _simulate(begin: int, end: int, copied: list[int], first_target: int) -> tuple[IndexEntry, dict[int, int]]:
