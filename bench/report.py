@@ -369,10 +369,12 @@ def wan_tables(doc: dict) -> list[str]:
             "near-target: the copier runs in the target's region, its source reads cross the link; near-source: it "
             "runs in the source's region, its produce, transaction and offset-commit requests cross it. RTT is the "
             "link's round trip (half of it each way). \"vs MM2 EOS\" is the median of the per-run ratios within "
-            "the same cell. \"link CPU\" is the forwarder's CPU over the copier's whole run per GB of payload.", "",
+            "the same cell. \"link CPU\" is the forwarder's CPU over the copier's whole run per GB of payload; "
+            "\"link bytes / payload\" is what crossed the link, both directions, per byte of payload copied "
+            "(about 1 uncompressed; more: records crossed it more than once).", "",
             "| placement | RTT ms | cap MB/s | compression | contender | records/s | MB/s | CPU s/GB | vs MM2 EOS | "
-            "link CPU s/GB | start-up to first record s | runs ok |",
-            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|"]
+            "link CPU s/GB | link bytes / payload | start-up to first record s | runs ok |",
+            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     cells = sorted({(r["placement"], r["rtt_ms"], r.get("cap_mb_per_s") or 0.0) for r in rows},
                    key=lambda c: (c[2] > 0, list(wan.PLACEMENTS).index(c[0]) if c[0] in wan.PLACEMENTS else 9, c[1]))
     for placement, rtt, cap in cells:
@@ -391,6 +393,7 @@ def wan_tables(doc: dict) -> list[str]:
                        f"{_fmt(med('records_per_s'), ',.0f')} | "
                        f"{_fmt(med('mb_per_s'), '.1f')} | {_fmt(med('cpu_s_per_gb'), '.1f')} | "
                        f"{'' if k == 'mm2-eos' else _fmt(vs)} | {_fmt(med('link_cpu_s_per_gb'), '.2f')} | "
+                       f"{_fmt(med('link_bytes_per_payload_byte'))} | "
                        f"{_fmt(med('first_visible_s'), '.1f')} | {len(ok)}/{len(xs)}"
                        f"{' (' + errors + ')' if errors else ''} |")
     return [*out, ""]
@@ -516,3 +519,21 @@ def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None, wan_p
     analysis = old[old.index(marker):] if marker in old else f"{marker}\n"
     md.write_text("\n".join(head + tables(doc) + steady_tables(doc) + many_tables(doc) + wan_tables(doc)) + "\n"
                   + analysis)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.report [RESULTS]`: BENCHMARKS.md and the charts again from a results document
+    (default bench/results.json), e.g. after a change to the tables, without measuring anything."""
+    import argparse
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("results", nargs="?", type=Path, default=root / "bench" / "results.json")
+    args = p.parse_args(argv)
+    write(json.loads(args.results.read_text()), root / "BENCHMARKS.md", root / "bench" / "throughput.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -351,7 +351,8 @@ def _wan_status(row: dict) -> str:
     if not row.get("ok"):
         return f"FAILED: {row.get('error', '')[:300]}"
     return (f"{row['records_per_s']:10.0f} rec/s {row['mb_per_s']:7.1f} MB/s {row['cpu_s_per_gb']:6.1f} CPU-s/GB"
-            + (f" link {row['link_cpu_s_per_gb']:.1f} CPU-s/GB" if "link_cpu_s_per_gb" in row else ""))
+            + (f" link {row['link_cpu_s_per_gb']:.1f} CPU-s/GB, {row['link_bytes_per_payload_byte']:.2f} B per "
+               "payload B" if "link_cpu_s_per_gb" in row else ""))
 
 
 def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:

@@ -57,7 +57,10 @@ def measure(box, contender: Contender, job: Job, placement: str, rtt_ms: float, 
             "compression": job.compression or "none",
             # The forwarder's CPU over the contender's whole life (start-up included) per GB of payload.
             "link_cpu_s_per_gb": link_cpu / gb if gb else 0.0,
-            "link_up_mb": wan.forwarded[0] / 1e6, "link_down_mb": wan.forwarded[1] / 1e6}
+            "link_up_mb": wan.forwarded[0] / 1e6, "link_down_mb": wan.forwarded[1] / 1e6,
+            # Bytes the link carried (both directions) per byte of payload copied: above 1 / compression
+            # ratio, the copier moves data across the link more than once (refetches, retries).
+            "link_bytes_per_payload_byte": sum(wan.forwarded) / (gb * 1e9) if gb else 0.0}
 
 
 def ceiling(box, job: Job, tool: str, rtt_ms: float | None, run: int, timeout: float) -> dict:

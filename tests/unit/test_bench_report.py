@@ -39,6 +39,7 @@ def test_the_first_minute_shows_the_worst_window_of_every_run():
 def _wan(contender: str, run: int, rate: float, placement: str = "near-target", rtt: float = 100, **kw) -> dict:
     return {"contender": contender, "run": run, "ok": True, "placement": placement, "rtt_ms": rtt,
             "records_per_s": rate, "mb_per_s": rate / 1000, "cpu_s_per_gb": 3.0, "link_cpu_s_per_gb": 0.4,
+            "link_bytes_per_payload_byte": 1.0,
             "first_visible_s": 5.0, "compression": "none", **kw}
 
 
