@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             load_shapes = args.steady_shapes.split(",")
             first_s = args.first_s if args.first_s is not None else (20.0 if args.quick else steady.FIRST_MINUTE_S)
             for run in range(1, runs + 1):
-                for size, shape in [(size, shape) for shape in load_shapes for size in steady_sizes]:
+                # Rotated like the contenders: no series always runs first on freshly started brokers.
+                for size, shape in rotated([(size, shape) for shape in load_shapes for size in steady_sizes], run):
                     for c in rotated(steady_contenders, run):
                         restart_too = size == steady_sizes[0] and shape == load_shapes[0]
                         j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0, shape=shape)
