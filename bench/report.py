@@ -345,7 +345,8 @@ def wan_tables(doc: dict) -> list[str]:
                 "read_committed from the source; directly and through the link at 0 ms)", "",
                 f"Link: {settings.get('link', 'bench/wanproxy')}. Same records as the WAN catch-up below; "
                 "\"link / direct\" is the median of the per-run ratios.", "",
-                "| tool | via | records/s | MB/s | link / direct | runs ok |", "|---|---|---:|---:|---:|---:|"]
+                "| tool | via | records/s | MB/s | link / direct | link bytes / payload | runs ok |",
+                "|---|---|---:|---:|---:|---:|---:|"]
         for tool in ("produce", "consume"):
             for via in ("direct", "link"):
                 xs = [r for r in ceiling if r.get("tool") == tool and r.get("via") == via]
@@ -355,12 +356,14 @@ def wan_tables(doc: dict) -> list[str]:
                 direct = {r["run"]: r["records_per_s"] for r in ceiling
                           if r.get("tool") == tool and r.get("via") == "direct" and r.get("ok")}
                 ratio = _median(r["records_per_s"] / direct[r["run"]] for r in ok if direct.get(r["run"]))
+                carried = [r["link_bytes_per_payload_byte"] for r in ok if "link_bytes_per_payload_byte" in r]
                 name = ("ProducerPerformance (acks=all, idempotent)" if tool == "produce"
                         else "ConsumerPerformance read_committed")
                 out.append(f"| {name} | {via}{' 0 ms' if via == 'link' else ''} | "
                            f"{_fmt(_median(r['records_per_s'] for r in ok), ',.0f')} | "
                            f"{_fmt(_median(r['mb_per_s'] for r in ok), '.1f')} | "
-                           f"{'' if via == 'direct' else _fmt(ratio)} | {len(ok)}/{len(xs)} |")
+                           f"{'' if via == 'direct' else _fmt(ratio)} | {_fmt(_median(carried))} | "
+                           f"{len(ok)}/{len(xs)} |")
         out.append("")
     if not rows:
         return out

@@ -73,7 +73,9 @@ def ceiling(box, job: Job, tool: str, rtt_ms: float | None, run: int, timeout: f
         return {**r.to_dict(), "tool": tool, "via": "direct", "rtt_ms": 0}
     with link.Link(across(box, placement), rtt_ms, None, job.log("link")) as wan:
         r = catchup.measure(contender, through(job, placement, wan.bootstrap), run, timeout)
-    return {**r.to_dict(), "tool": tool, "via": "link", "rtt_ms": rtt_ms}
+    payload = job.records * job.size
+    return {**r.to_dict(), "tool": tool, "via": "link", "rtt_ms": rtt_ms,
+            "link_bytes_per_payload_byte": sum(wan.forwarded) / payload if payload else 0.0}
 
 
 def text_payload_file(size: int, path: Path) -> Path:

@@ -65,9 +65,11 @@ def test_a_capped_cell_comes_after_the_uncapped_ones_with_its_cap_and_compressio
 
 def test_the_link_ceiling_is_its_rate_through_the_link_over_the_direct_one():
     ceiling = [{"tool": "produce", "via": "direct", "run": 1, "ok": True, "records_per_s": 400_000, "mb_per_s": 400},
-               {"tool": "produce", "via": "link", "run": 1, "ok": True, "records_per_s": 380_000, "mb_per_s": 380}]
+               {"tool": "produce", "via": "link", "run": 1, "ok": True, "records_per_s": 380_000, "mb_per_s": 380,
+                "link_bytes_per_payload_byte": 1.01}]
     lines = report.wan_tables(_doc(link_ceiling=ceiling))
-    assert any("| link 0 ms | 380,000 | 380.0 | 0.95 | 1/1 |" in line for line in lines)
+    assert any("| link 0 ms | 380,000 | 380.0 | 0.95 | 1.01 | 1/1 |" in line for line in lines)
+    assert any("| direct | 400,000 | 400.0 |  | n/a | 1/1 |" in line for line in lines)
 
 
 def test_the_throughput_chart_by_round_trip_is_drawn_for_uncapped_cells_only(tmp_path):
