@@ -34,6 +34,23 @@ class Job:
     extra_args: tuple[str, ...] = field(default=())
     topics_regex: str = ""  # what the copiers replicate; default: exactly `topic`
     broker_pids: tuple[int, ...] = ()  # the sandbox brokers' JVMs, for their CPU (bench/boxcpu.py)
+    shape: str = "keyed"  # how the steady-state load spreads its records (bench/shapes.py)
+    # Where the copier reaches a cluster across the WAN link (bench/link.py); "" is directly. The
+    # bench's own observers (watcher, end offsets, load) always use `source` / `target`: they sit
+    # in the cluster's region.
+    source_via: str = ""
+    target_via: str = ""
+    # The copiers' producer compression.type towards the target, the same for every contender;
+    # "" keeps each one's default (none for ours and for MM2).
+    compression: str = ""
+
+    @property
+    def copier_source(self) -> str:
+        return self.source_via or self.source
+
+    @property
+    def copier_target(self) -> str:
+        return self.target_via or self.target
 
     @property
     def replica(self) -> str:
@@ -71,11 +88,14 @@ class Replicator(Contender):
 
     def launch(self, job: Job) -> Tree:
         cmd = [str(Path(sys.executable).with_name("replicator")), "run",
-               "--source-bootstrap-servers", job.source, "--target-bootstrap-servers", job.target,
+               "--source-bootstrap-servers", job.copier_source, "--target-bootstrap-servers", job.copier_target,
                "--topics", job.pattern, "--name", f"bench-{job.tag}", "--metrics-port", "0",
                "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
                *job.extra_args]
-        return Tree(cmd, job.log(self.key), env=None if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"})
+        env = {} if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"}
+        if job.compression:  # the `target:` client properties; only the producer reads this one
+            env["REPLICATOR_TARGET__COMPRESSION_TYPE"] = job.compression
+        return Tree(cmd, job.log(self.key), env=env)
 
 
 class BareLoop(Contender):
@@ -88,7 +108,7 @@ class BareLoop(Contender):
             self.key, self.label = f"{self.key}-noindex", "bare Python loop exactly-once, translation index off"
 
     def launch(self, job: Job) -> Tree:
-        cmd = [sys.executable, "-m", "bench.bare_loop", "--source", job.source, "--target", job.target,
+        cmd = [sys.executable, "-m", "bench.bare_loop", "--source", job.copier_source, "--target", job.copier_target,
                "--topic", job.topic, "--alias", job.tag, "--translation-index", "on" if self.index else "off"]
         return Tree(cmd, job.log(self.key), env={"PYTHONPATH": str(Path(__file__).resolve().parents[1])})
 
@@ -105,8 +125,8 @@ class MirrorMaker(Contender):
         a = job.tag  # source cluster alias: prefixes the replica and MM2's internal topics
         lines = {
             "clusters": f"{a}, tgt",
-            f"{a}.bootstrap.servers": job.source,
-            "tgt.bootstrap.servers": job.target,
+            f"{a}.bootstrap.servers": job.copier_source,
+            "tgt.bootstrap.servers": job.copier_target,
             f"{a}->tgt.enabled": "true",
             f"tgt->{a}.enabled": "false",
             f"{a}->tgt.topics": job.pattern,
@@ -142,6 +162,8 @@ class MirrorMaker(Contender):
             "dedicated.mode.enable.internal.rest": "true",
             "listeners": f"http://127.0.0.1:{rest_port}",
         }
+        if job.compression:
+            lines["tgt.producer.compression.type"] = job.compression
         if self.eos:
             lines["tgt.exactly.once.source.support"] = "enabled"  # KIP-618
         return "".join(f"{k} = {v}\n" for k, v in lines.items())
@@ -169,7 +191,7 @@ class ProducerPerf(Contender):
 
     def launch(self, job: Job) -> Tree:
         kafka_ops.create_topic(job.target, job.replica, job.partitions)
-        props = [f"bootstrap.servers={job.target}", "acks=all", "enable.idempotence=true",
+        props = [f"bootstrap.servers={job.copier_target}", "acks=all", "enable.idempotence=true",
                  "buffer.memory=268435456", *(f"{k}={v}" for k, v in PRODUCER_TUNING.items())]
         cmd = ["java", *JAVA_HEAP, "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
                "--topic", job.replica, "--num-records", str(job.records), "--record-size", str(job.size),
@@ -202,7 +224,7 @@ class ParallelTxnProducers(Contender):
         cmds = []
         for i, ((topic, partitions), records) in enumerate(zip(outs, counts, strict=True)):
             kafka_ops.create_topic(job.target, topic, partitions)
-            props = [f"bootstrap.servers={job.target}", "acks=all", "enable.idempotence=true",
+            props = [f"bootstrap.servers={job.copier_target}", "acks=all", "enable.idempotence=true",
                      "buffer.memory=268435456", *(f"{k}={v}" for k, v in PRODUCER_TUNING.items())]
             cmds.append(["java", *JAVA_HEAP, "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
                          "--topic", topic, "--num-records", str(records), "--record-size", str(job.size),
@@ -225,7 +247,7 @@ class ConsumerPerf(Contender):
         conf.write_text("isolation.level=read_committed\nfetch.max.bytes=67108864\n"
                         "max.partition.fetch.bytes=16777216\nauto.offset.reset=earliest\n")
         cmd = ["java", *JAVA_HEAP, "-cp", classpath(), "org.apache.kafka.tools.ConsumerPerformance",
-               "--bootstrap-server", job.source, "--topic", job.topic, "--messages", str(job.records),
+               "--bootstrap-server", job.copier_source, "--topic", job.topic, "--messages", str(job.records),
                "--group", f"cp-{job.tag}", "--timeout", "120000", "--consumer.config", str(conf)]
         return Tree(cmd, job.log(self.key))
 

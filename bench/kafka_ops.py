@@ -136,17 +136,23 @@ class CommittedEnds:
         return sum(self._ends(committed).values())
 
 
-def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int, log: Path) -> float:
+def preload(bootstrap: str, topic: str, partitions: int, records: int, size: int, log: Path,
+            payload_file: Path | None = None, compression: str = "none") -> float:
     """Fills a fresh source topic with ProducerPerformance (random payloads, no keys): the fastest
-    loader on the box, so preloading stays a small part of a run. Returns seconds taken."""
+    loader on the box, so preloading stays a small part of a run. Returns seconds taken.
+
+    `payload_file`: payloads drawn from its lines instead (compressible text, bench/shapes.py), stored
+    in batches of `compression`."""
     create_topic(bootstrap, topic, partitions)
     started = time.monotonic()
     # 64 MiB of send buffer keeps the broker busy; 256 MiB in a 512 MiB heap ran out of memory
     # (OutOfMemoryError: Java heap space) on a fresh sandbox, twice in two tries.
     cmd = ["java", "-Xmx768m", "-cp", classpath(), "org.apache.kafka.tools.ProducerPerformance",
-           "--topic", topic, "--num-records", str(records), "--record-size", str(size), "--throughput", "-1",
+           "--topic", topic, "--num-records", str(records),
+           *(["--payload-file", str(payload_file)] if payload_file else ["--record-size", str(size)]),
+           "--throughput", "-1",
            "--producer-props", f"bootstrap.servers={bootstrap}", "acks=1", "linger.ms=20",
-           "batch.size=1048576", f"buffer.memory={64 * 1024 * 1024}"]
+           "batch.size=1048576", f"buffer.memory={64 * 1024 * 1024}", f"compression.type={compression}"]
     with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                 start_new_session=True)

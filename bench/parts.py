@@ -11,16 +11,18 @@ from __future__ import annotations
 # A part's name -> the keys of the results document that hold its rows (lists) and its settings.
 PARTS: dict[str, tuple[str, ...]] = {
     "catch-up": ("catchup", "partitions"),
-    "steady state and restart": ("steady", "restart", "steady_errors"),
+    "steady state and restart": ("steady", "restart", "steady_errors", "first_minute"),
     "many partitions": ("many", "many_size"),
+    "WAN": ("wan", "link_ceiling", "wan_settings"),
 }
 # What describes one invocation (the report's header lines).
 INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "load", "target_transaction_version",
               "broker_heap")
 
 
-def measured(no_catchup: bool, no_steady: bool, no_many: bool) -> list[str]:
-    skipped = {"catch-up": no_catchup, "steady state and restart": no_steady, "many partitions": no_many}
+def measured(no_catchup: bool, no_steady: bool, no_many: bool, no_wan: bool) -> list[str]:
+    skipped = {"catch-up": no_catchup, "steady state and restart": no_steady, "many partitions": no_many,
+               "WAN": no_wan}
     return [p for p in PARTS if not skipped[p]]
 
 

@@ -8,7 +8,7 @@ import statistics
 import subprocess
 from pathlib import Path
 
-from bench import boxcpu, parts
+from bench import boxcpu, parts, shapes, wan
 from bench.contenders import all_contenders
 
 LABELS = {c.key: c.label for c in all_contenders(2)}
@@ -170,12 +170,28 @@ def _size(s: dict) -> int:
     return s.get("size", 1024)  # results from before the 100 B series were all 1 KiB
 
 
-def half_max_steps(doc: dict, key: str, size: int = 1024) -> list[tuple[int, dict | None, dict]]:
+def _shape(s: dict) -> str:
+    return s.get("shape", "keyless")  # results from before the load shapes were all keyless (sticky)
+
+
+def _series(doc: dict) -> list[tuple[str, int]]:
+    """(shape, size) of every steady-state series, the default shape and the largest size first."""
+    have = {(_shape(s), _size(s)) for s in doc["steady"]}
+    return sorted(have, key=lambda x: (shapes.SHAPES.index(x[0]) if x[0] in shapes.SHAPES else 99, -x[1]))
+
+
+def _of(doc: dict, key: str, size: int, shape: str | None) -> list[dict]:
+    return [s for s in doc["steady"] if s["contender"] == key and _size(s) == size
+            and (shape is None or _shape(s) == shape)]
+
+
+def half_max_steps(doc: dict, key: str, size: int = 1024,
+                   shape: str | None = None) -> list[tuple[int, dict | None, dict]]:
     """(run, highest step at or below half the highest bounded rate or None, highest bounded step) per run."""
     out = []
-    for run in sorted({s["run"] for s in doc["steady"] if s["contender"] == key and _size(s) == size}):
-        bounded = sorted((s for s in doc["steady"] if s["contender"] == key and s["run"] == run
-                          and _size(s) == size and s["bounded"]), key=lambda s: s["rate"])
+    mine = _of(doc, key, size, shape)
+    for run in sorted({s["run"] for s in mine}):
+        bounded = sorted((s for s in mine if s["run"] == run and s["bounded"]), key=lambda s: s["rate"])
         if bounded:
             top = bounded[-1]
             half = next((s for s in reversed(bounded) if s["fraction"] <= top["fraction"] / 2 + 1e-9), None)
@@ -183,11 +199,12 @@ def half_max_steps(doc: dict, key: str, size: int = 1024) -> list[tuple[int, dic
     return out
 
 
-def latency_by_rate(doc: dict, key: str, size: int) -> list[tuple[int, float, float, float]]:
+def latency_by_rate(doc: dict, key: str, size: int, shape: str | None = None) -> list[tuple[int, float, float, float]]:
     """(rate, p50, p95, p99) medians over runs, per rate step the contender reached."""
     out = []
-    for rate in sorted({s["rate"] for s in doc["steady"] if s["contender"] == key and _size(s) == size}):
-        xs = [s for s in doc["steady"] if s["contender"] == key and _size(s) == size and s["rate"] == rate]
+    mine = _of(doc, key, size, shape)
+    for rate in sorted({s["rate"] for s in mine}):
+        xs = [s for s in mine if s["rate"] == rate]
         out.append((rate, *(statistics.median(s.get(f, float("nan")) for s in xs)
                             for f in ("p50_s", "p95_s", "p99_s"))))
     return out
@@ -200,13 +217,13 @@ def latency_chart(doc: dict, path: Path) -> None:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    sizes = sorted({_size(s) for s in doc["steady"]}, reverse=True)
-    if not sizes:
+    series = _series(doc)
+    if not series:
         return
-    fig, axes = plt.subplots(1, len(sizes), figsize=(7 * len(sizes), 5), squeeze=False)
-    for ax, size in zip(axes[0], sizes, strict=True):
+    fig, axes = plt.subplots(1, len(series), figsize=(7 * len(series), 5), squeeze=False)
+    for ax, (shape, size) in zip(axes[0], series, strict=True):
         for key in [k for k in ORDER if any(s["contender"] == k for s in doc["steady"])]:
-            pts = latency_by_rate(doc, key, size)
+            pts = latency_by_rate(doc, key, size, shape)
             if not pts:
                 continue
             color = "tab:blue" if key.startswith("replicator") else "tab:orange" if key.startswith("mm2") else "gray"
@@ -216,7 +233,7 @@ def latency_chart(doc: dict, path: Path) -> None:
         ax.set_yscale("log")
         ax.set_xlabel("produce rate, records/s (rate steps; median over runs)")
         ax.set_ylabel("latency s, source CreateTime -> read_committed on target (log)")
-        ax.set_title(f"steady state, {size} B records")
+        ax.set_title(f"steady state, {shape} load, {size} B records")
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
     fig.suptitle(f"{doc['machine']['cores']} cores, {doc['runs']} interleaved runs, {doc['started']}")
@@ -230,30 +247,32 @@ def steady_tables(doc: dict) -> list[str]:
         return []
     out = []
     keys = [k for k in ORDER if any(s["contender"] == k for s in doc["steady"])]
-    for size in sorted({_size(s) for s in doc["steady"]}, reverse=True):
-        out += [f"### Steady state ({size} B records, fixed produce rates, latency = source CreateTime -> "
-                "delivered to a read_committed consumer on the target)", "",
+    out += first_minute_table(doc)
+    for shape, size in _series(doc):
+        out += [f"### Steady state ({shape} load, {size} B records, fixed produce rates, latency = source "
+                "CreateTime -> delivered to a read_committed consumer on the target)", "",
                 "| contender | rate rec/s | produced rec/s | p50 s | p95 s | p99 s | bounded lag in runs |",
                 "|---|---:|---:|---:|---:|---:|---:|"]
         for k in keys:
-            for rate, p50, p95, p99 in latency_by_rate(doc, k, size):
-                xs = [s for s in doc["steady"] if s["contender"] == k and _size(s) == size and s["rate"] == rate]
+            for rate, p50, p95, p99 in latency_by_rate(doc, k, size, shape):
+                xs = [s for s in _of(doc, k, size, shape) if s["rate"] == rate]
                 produced = [s["produced_per_s"] for s in xs if "produced_per_s" in s]
                 prod = statistics.median(produced) if produced else None
                 out.append(f"| {LABELS[k]} | {rate:,} | {_fmt(prod, ',.0f')} | {_fmt(p50, '.3f')} | "
                            f"{_fmt(p95, '.3f')} | {_fmt(p99, '.3f')} | {sum(s['bounded'] for s in xs)}/{len(xs)} |")
-        out += ["", f"Per run ({size} B): the highest rate whose lag stayed bounded, and the latency at the highest "
-                "step at or below half of it:", "",
+        out += ["", f"Per run ({shape}, {size} B): the highest rate whose lag stayed bounded, and the latency at "
+                "the highest step at or below half of it:", "",
                 "| contender | run | highest bounded rate rec/s | step <= half of it rec/s | p50 s | p99 s |",
                 "|---|---:|---:|---:|---:|---:|"]
         for k in keys:
-            for run, half, top in half_max_steps(doc, k, size):
+            for run, half, top in half_max_steps(doc, k, size, shape):
                 row = f"| {LABELS[k]} | {run} | {top['rate']:,} | "
                 out.append(row + (f"{half['rate']:,} | {half['p50_s']:.3f} | {half['p99_s']:.3f} |" if half
                                   else "- | - | - |"))
         out.append("")
     for e in doc.get("steady_errors", []):
-        out.append(f"- steady state {e['size']} B, {LABELS.get(e['contender'], e['contender'])}, run {e['run']} "
+        out.append(f"- steady state {_shape(e)} {e['size']} B, {LABELS.get(e['contender'], e['contender'])}, "
+                   f"run {e['run']} "
                    f"failed: {e['error'][:300]}")
     if doc.get("steady_errors"):
         out.append("")
@@ -271,6 +290,154 @@ def steady_tables(doc: dict) -> list[str]:
                    f"{_fmt(max((r.get('peak_pss_mb', 0) for r in xs), default=None) or None, '.0f')} |")
     out.append("")
     return out
+
+
+def first_minute_table(doc: dict) -> list[str]:
+    rows = doc.get("first_minute", [])
+    if not rows:
+        return []
+    out = ["### The first minute after a start (fixed rate from the first record the contender copied; "
+           "latency as in steady state)", "",
+           "Each steady-state series starts with it: the contender is launched, 100 records/s run until its first "
+           "record is visible on the target, then the rate below for the span shown. p50/p99 over the whole span; "
+           "the worst 10 s window is the window, counted from the first record created, with the highest p99 "
+           "(median over runs, and every run's value with the second it started at).", "",
+           "| load | size | contender | rate rec/s | span s | p50 s | p99 s | worst 10 s window p99 s | "
+           "per run: worst window p99 s @ from s | runs |", "|---|---:|---|---:|---:|---:|---:|---:|---|---:|"]
+    series = sorted({(_shape(r), _size(r)) for r in rows},
+                    key=lambda x: (shapes.SHAPES.index(x[0]) if x[0] in shapes.SHAPES else 99, -x[1]))
+    for shape, size in series:
+        for k in [k for k in ORDER if any(r["contender"] == k for r in rows)]:
+            xs = sorted((r for r in rows if r["contender"] == k and _shape(r) == shape and _size(r) == size),
+                        key=lambda r: r["run"])
+            if not xs:
+                continue
+
+            def med(f: str, xs: list[dict] = xs) -> float | None:
+                return _median(r[f] for r in xs if r.get(f) == r.get(f))  # NaN: nothing received
+            each = ", ".join(f"{_fmt(r['worst_window_p99_s'], '.2f')} @ {_fmt(r['worst_window_from_s'], '.0f')}"
+                             for r in xs)
+            out.append(f"| {shape} | {size} | {LABELS.get(k, k)} | {_fmt(med('rate'), ',.0f')} | "
+                       f"{_fmt(med('seconds'), '.0f')} | {_fmt(med('p50_s'), '.3f')} | {_fmt(med('p99_s'), '.3f')} | "
+                       f"{_fmt(med('worst_window_p99_s'), '.3f')} | {each} | {len(xs)} |")
+    return [*out, ""]
+
+
+def _wan_rows(doc: dict) -> list[dict]:
+    return [r for r in doc.get("wan", []) if r.get("placement")]
+
+
+def wan_paired(rows: list[dict], key: str, other: str = "mm2-eos") -> tuple[float | None, list[float]]:
+    """Median over runs of rate(key)/rate(other) within one cell (same placement, RTT, cap) and run."""
+    theirs = {r["run"]: r["records_per_s"] for r in rows if r["contender"] == other and r.get("ok")}
+    ratios = [r["records_per_s"] / theirs[r["run"]] for r in rows
+              if r["contender"] == key and r.get("ok") and theirs.get(r["run"])]
+    return (statistics.median(ratios) if ratios else None), ratios
+
+
+def wan_tables(doc: dict) -> list[str]:
+    rows = _wan_rows(doc)
+    out: list[str] = []
+    ceiling = doc.get("link_ceiling", [])
+    settings = doc.get("wan_settings", {})
+    if ceiling:
+        out += ["### The WAN link's own ceiling (Kafka's ProducerPerformance into the target, ConsumerPerformance "
+                "read_committed from the source; directly and through the link at 0 ms)", "",
+                f"Link: {settings.get('link', 'bench/wanproxy')}. Same records as the WAN catch-up below; "
+                "\"link / direct\" is the median of the per-run ratios.", "",
+                "| tool | via | records/s | MB/s | link / direct | link bytes / payload | runs ok |",
+                "|---|---|---:|---:|---:|---:|---:|"]
+        for tool in ("produce", "consume"):
+            for via in ("direct", "link"):
+                xs = [r for r in ceiling if r.get("tool") == tool and r.get("via") == via]
+                if not xs:
+                    continue
+                ok = [r for r in xs if r.get("ok")]
+                direct = {r["run"]: r["records_per_s"] for r in ceiling
+                          if r.get("tool") == tool and r.get("via") == "direct" and r.get("ok")}
+                ratio = _median(r["records_per_s"] / direct[r["run"]] for r in ok if direct.get(r["run"]))
+                carried = [r["link_bytes_per_payload_byte"] for r in ok if "link_bytes_per_payload_byte" in r]
+                name = ("ProducerPerformance (acks=all, idempotent)" if tool == "produce"
+                        else "ConsumerPerformance read_committed")
+                out.append(f"| {name} | {via}{' 0 ms' if via == 'link' else ''} | "
+                           f"{_fmt(_median(r['records_per_s'] for r in ok), ',.0f')} | "
+                           f"{_fmt(_median(r['mb_per_s'] for r in ok), '.1f')} | "
+                           f"{'' if via == 'direct' else _fmt(ratio)} | {_fmt(_median(carried))} | "
+                           f"{len(ok)}/{len(xs)} |")
+        out.append("")
+    if not rows:
+        return out
+    out += [f"### Across regions: catch-up of {settings.get('records', 0):,} records x {settings.get('size', 0)} B "
+            "through the WAN link", "",
+            "near-target: the copier runs in the target's region, its source reads cross the link; near-source: it "
+            "runs in the source's region, its produce, transaction and offset-commit requests cross it. RTT is the "
+            "link's round trip (half of it each way). \"vs MM2 EOS\" is the median of the per-run ratios within "
+            "the same cell. \"link CPU\" is the forwarder's CPU over the copier's whole run per GB of payload; "
+            "\"link bytes / payload\" is what crossed the link, both directions, per byte of payload copied "
+            "(about 1 uncompressed; more: records crossed it more than once).", "",
+            "| placement | RTT ms | cap MB/s | compression | contender | records/s | MB/s | CPU s/GB | vs MM2 EOS | "
+            "link CPU s/GB | link bytes / payload | start-up to first record s | runs ok |",
+            "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
+    cells = sorted({(r["placement"], r["rtt_ms"], r.get("cap_mb_per_s") or 0.0) for r in rows},
+                   key=lambda c: (c[2] > 0, list(wan.PLACEMENTS).index(c[0]) if c[0] in wan.PLACEMENTS else 9, c[1]))
+    for placement, rtt, cap in cells:
+        cell = [r for r in rows if r["placement"] == placement and r["rtt_ms"] == rtt
+                and (r.get("cap_mb_per_s") or 0.0) == cap]
+        for k in [k for k in ORDER if any(r["contender"] == k for r in cell)]:
+            xs = [r for r in cell if r["contender"] == k]
+            ok = [r for r in xs if r.get("ok")]
+
+            def med(f: str, ok: list[dict] = ok) -> float | None:
+                return _median(r[f] for r in ok if f in r)
+            vs = wan_paired(cell, k)[0] if k != "mm2-eos" else None
+            errors = "; ".join(r.get("error", "")[:120] for r in xs if not r.get("ok"))
+            out.append(f"| {placement} | {rtt:g} | {_fmt(cap, '.1f') if cap else '-'} | "
+                       f"{xs[0].get('compression', 'none')} | {LABELS.get(k, k)} | "
+                       f"{_fmt(med('records_per_s'), ',.0f')} | "
+                       f"{_fmt(med('mb_per_s'), '.1f')} | {_fmt(med('cpu_s_per_gb'), '.1f')} | "
+                       f"{'' if k == 'mm2-eos' else _fmt(vs)} | {_fmt(med('link_cpu_s_per_gb'), '.2f')} | "
+                       f"{_fmt(med('link_bytes_per_payload_byte'))} | "
+                       f"{_fmt(med('first_visible_s'), '.1f')} | {len(ok)}/{len(xs)}"
+                       f"{' (' + errors + ')' if errors else ''} |")
+    return [*out, ""]
+
+
+def wan_chart(doc: dict, path: Path) -> bool:
+    """Catch-up MB/s by round trip, one panel per placement, a line per contender (uncapped link)."""
+    rows = [r for r in _wan_rows(doc) if not r.get("cap_mb_per_s")]
+    if not rows:
+        return False
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    placements = [p for p in wan.PLACEMENTS if any(r["placement"] == p for r in rows)]
+    fig, axes = plt.subplots(1, len(placements), figsize=(7 * len(placements), 5), squeeze=False)
+    for ax, placement in zip(axes[0], placements, strict=True):
+        for key in [k for k in ORDER if any(r["contender"] == k for r in rows)]:
+            xs = [r for r in rows if r["placement"] == placement and r["contender"] == key and r.get("ok")]
+            rtts = sorted({r["rtt_ms"] for r in xs})
+            if not rtts:
+                continue
+            meds = [statistics.median(r["mb_per_s"] for r in xs if r["rtt_ms"] == t) for t in rtts]
+            color = "tab:blue" if key.startswith("replicator") else "tab:orange" if key.startswith("mm2") else "gray"
+            ax.plot(rtts, meds, "o-", color=color, label=LABELS.get(key, key))
+            for t, m in zip(rtts, meds, strict=True):
+                ax.annotate(f"{m:.0f}", (t, m), textcoords="offset points", xytext=(0, 6), ha="center", fontsize=7)
+        ax.set_xlabel("link round trip, ms")
+        ax.set_ylabel("catch-up MB/s of payload (median over runs)")
+        ax.set_ylim(bottom=0)
+        ax.set_title(f"{placement}: {'source' if placement == 'near-target' else 'target'} across the link")
+        ax.grid(True, alpha=0.3)
+        ax.legend(fontsize=8)
+    settings = doc.get("wan_settings", {})
+    fig.suptitle(f"{settings.get('records', 0):,} x {settings.get('size', 0)} B, {doc['machine']['cores']} cores, "
+                 f"{doc['runs']} interleaved runs")
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return True
 
 
 def many_tables(doc: dict) -> list[str]:
@@ -327,10 +494,12 @@ def _invocation_lines(inv: dict) -> list[str]:
     ]
 
 
-def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None) -> None:
+def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None, wan_png: Path | None = None) -> None:
     chart(doc, png)
     latency_png = latency_png or png.with_name("latency.png")
     latency_chart(doc, latency_png)
+    wan_png = wan_png or png.with_name("wan.png")
+    has_wan_chart = wan_chart(doc, wan_png)
     head = ["# Benchmarks", "",
             "Generated by `make bench` (`bench/run.py`) from `bench/results.json`; method and analysis below.", ""]
     invocations = [*doc.get("earlier", []), doc]
@@ -346,7 +515,28 @@ def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None) -> No
     ]
     if doc["steady"]:
         head += ["![steady-state latency by rate, ours vs MM2](bench/latency.png)", ""]
+    if has_wan_chart:
+        head += ["![catch-up throughput by link round trip, ours vs MM2](bench/wan.png)", ""]
     marker = "<!-- analysis -->"
     old = md.read_text() if md.exists() else ""
     analysis = old[old.index(marker):] if marker in old else f"{marker}\n"
-    md.write_text("\n".join(head + tables(doc) + steady_tables(doc) + many_tables(doc)) + "\n" + analysis)
+    md.write_text("\n".join(head + tables(doc) + steady_tables(doc) + many_tables(doc) + wan_tables(doc)) + "\n"
+                  + analysis)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`python -m bench.report [RESULTS]`: BENCHMARKS.md and the charts again from a results document
+    (default bench/results.json), e.g. after a change to the tables, without measuring anything."""
+    import argparse
+    import json
+
+    root = Path(__file__).resolve().parents[1]
+    p = argparse.ArgumentParser(description=main.__doc__)
+    p.add_argument("results", nargs="?", type=Path, default=root / "bench" / "results.json")
+    args = p.parse_args(argv)
+    write(json.loads(args.results.read_text()), root / "BENCHMARKS.md", root / "bench" / "throughput.png")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,18 +1,24 @@
 """`make bench`: every contender on the same sandbox clusters, interleaved run by run, then the report.
 
     .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--sizes ...] [--no-catchup]
-        [--no-steady] [--steady-sizes 1024,100] [--steady-fractions ...] [--steady-step-s S] [--max-rate ...]
-        [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S] [--merge]
+        [--no-steady] [--steady-sizes 1024,100] [--steady-shapes keyed,keyless,skewed] [--steady-fractions ...]
+        [--steady-step-s S] [--max-rate ...] [--first-s 60] [--first-rate 2000]
+        [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S]
+        [--no-wan] [--wan-rtts 0,10,50,100] [--wan-placements near-target,near-source] [--wan-records N]
+        [--wan-cap-mbit 200] [--wan-cap-rtt 50] [--merge]
 
 Parts, in this order: catch-up (every contender, preloaded topics), steady state + restart (replicator
-and MM2 exactly-once, fixed rates per record size; restart at the first size only), many partitions
-(replicator and MM2 exactly-once, TOPICSxPARTITIONS small topics).
+and MM2 exactly-once; per load shape and record size: the first minute after the start at a fixed
+rate, then fixed rate steps; restart at the first size and shape only), many partitions (replicator
+and MM2 exactly-once, TOPICSxPARTITIONS small topics), WAN (replicator and MM2 exactly-once catch-up
+through a delayed link per placement and round trip, a bandwidth-capped link with compressed text
+records, and the link's own ceiling; bench/wan.py).
 
 Run r measures every contender for every record size before run r+1 starts, so a slow minute on
 this shared machine hits every contender alike and the ratios stay meaningful; the order rotates from
 run to run (A B C, B C A, C A B), so no contender is always first after a topic deletion.
 Results go to bench/results.json after every measurement and to BENCHMARKS.md + bench/throughput.png
-at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady, --no-many) keep
+at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady, --no-many, --no-wan) keep
 the rows bench/results.json already holds, and the report names the command that measured each part.
 """
 
@@ -29,7 +35,7 @@ from pathlib import Path
 
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
-from bench import catchup, kafka_ops, many, parts, reaper, report, steady
+from bench import catchup, kafka_ops, many, parts, reaper, report, shapes, steady, wan
 from bench.contenders import Job, all_contenders
 from bench.proctree import Tree
 from replicator.sandbox import Sandbox
@@ -75,17 +81,38 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--max-rate", help="100%% rate of the steady-state steps, records/s: one number (the first "
                                       "size) or SIZE=RATE,...; default per size: this run's replicator "
                                       "exactly-once catch-up median at that size")
+    p.add_argument("--steady-shapes", default=",".join(shapes.SHAPES),
+                   help="load shapes of the steady-state series, comma-separated (default %(default)s; "
+                        "bench/shapes.py)")
+    p.add_argument("--first-s", type=float, help="the first minute after each steady-state start, seconds "
+                                                 "(default 60, quick 20; 0: not measured)")
+    p.add_argument("--first-rate", type=float, default=steady.FIRST_MINUTE_RATE,
+                   help="records/s during the first minute (default %(default)s)")
     p.add_argument("--no-many", action="store_true", help="skip the many-partitions shape")
     p.add_argument("--many-shapes", default="100x8", help="TOPICSxPARTITIONS of the many-partitions shape, "
                                                          "comma-separated (default 100x8; 625x8 = 5,000 partitions)")
     p.add_argument("--many-records", type=int, default=200, help="records per partition (default 200)")
     p.add_argument("--many-size", type=int, default=512, help="record size of the many-partitions shape")
+    p.add_argument("--no-wan", action="store_true", help="skip the WAN link part")
+    p.add_argument("--wan-rtts", default=",".join(str(r) for r in wan.RTTS_MS),
+                   help="round trips of the WAN link, ms (default %(default)s)")
+    p.add_argument("--wan-placements", default=",".join(wan.PLACEMENTS),
+                   help="where the copier runs: near-target (source across the link), near-source (target "
+                        "across it); default %(default)s")
+    p.add_argument("--wan-size", type=int, default=1024, help="record size of the WAN catch-up (default 1024)")
+    p.add_argument("--wan-records", type=int, help="records of the WAN catch-up (default 2,000,000, quick 100,000)")
+    p.add_argument("--wan-cap-mbit", type=float, default=200.0,
+                   help="bandwidth cap per direction of the capped link, Mbit/s (default 200; 0: no capped link)")
+    p.add_argument("--wan-cap-rtt", type=float, default=50.0, help="round trip of the capped link, ms (default 50)")
     p.add_argument("--idle-s", type=float, help="idle window after catch-up, seconds (default 60, quick 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="per catch-up measurement")
     p.add_argument("--no-report", action="store_true", help="keep BENCHMARKS.md as it is")
+    p.add_argument("--results", type=Path, default=RESULTS,
+                   help="the results document to write (and --merge from); default bench/results.json. A quick "
+                        "functional run goes elsewhere with --no-report, so the measured document stays as it is")
     p.add_argument("--merge", action="store_true",
                    help="keep the rows bench/results.json holds for the parts this run skips (--no-catchup, "
-                        "--no-steady, --no-many): one part re-measured, the report still shows all of them")
+                        "--no-steady, --no-many, --no-wan): one part re-measured, the report still shows all of them")
     p.add_argument("--target-transaction-version", type=int, choices=(0, 1, 2),
                    help="set the target cluster's transaction.version for this run, restored after. MirrorMaker "
                         "2's Java producer uses version 2 (KIP-890) where the cluster offers it; librdkafka, "
@@ -110,7 +137,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.only:
         keys = args.only.split(",")
         contenders = [c for c in contenders if c.key in keys]
-    box = Sandbox(heap=_broker_heap(args))
+    box = Sandbox(heap=_broker_heap(args), proxied_target=not args.no_wan)
+    if not args.no_wan:  # the near-target placement puts the source across the link
+        box.source = dataclasses.replace(box.source, proxied=True)
     logdir = box.source.root / "bench-logs" / time.strftime("%Y%m%d-%H%M%S")
     logdir.mkdir(parents=True, exist_ok=True)
     reaper.start(logdir / "started.pids")
@@ -126,11 +155,12 @@ def main(argv: list[str] | None = None) -> int:
     doc = {"command": " ".join([".venv/bin/python -m bench.run", *(argv if argv is not None else sys.argv[1:])]),
            "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
            "quick": args.quick, "partitions": PARTITIONS, "catchup": [], "steady": [], "restart": [],
-           "steady_errors": [], "many": [], "many_size": args.many_size, "load": [],
+           "steady_errors": [], "first_minute": [], "many": [], "many_size": args.many_size, "wan": [],
+           "link_ceiling": [], "load": [],
            "broker_heap": box.source.heap}
     seq = 0
-    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many)
-    earlier = json.loads(RESULTS.read_text()) if args.merge and RESULTS.exists() else None
+    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many, args.no_wan)
+    earlier = json.loads(args.results.read_text()) if args.merge and args.results.exists() else None
 
     def job(topic: str, size: int, records: int, **kw) -> Job:
         nonlocal seq
@@ -140,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                    f"x{stamp}{seq:03d}", logdir, broker_pids=brokers, **kw)
 
     def save() -> None:
-        RESULTS.write_text(json.dumps(parts.merged(doc, measured_now, earlier), indent=1))
+        args.results.write_text(json.dumps(parts.merged(doc, measured_now, earlier), indent=1))
 
     print(f"logs: {logdir}", flush=True)
     restore_tv = None
@@ -178,29 +208,39 @@ def main(argv: list[str] | None = None) -> int:
             steady_sizes = [int(x) for x in args.steady_sizes.split(",")]
             rates = _max_rates(args.max_rate, steady_sizes, doc["catchup"])
             steady_contenders = [c for c in contenders if c.key in steady.CONTENDERS]
+            load_shapes = args.steady_shapes.split(",")
+            first_s = args.first_s if args.first_s is not None else (20.0 if args.quick else steady.FIRST_MINUTE_S)
             for run in range(1, runs + 1):
-                for size in steady_sizes:
+                # Rotated like the contenders: no series always runs first on freshly started brokers.
+                for size, shape in rotated([(size, shape) for shape in load_shapes for size in steady_sizes], run):
                     for c in rotated(steady_contenders, run):
-                        restart_too = size == steady_sizes[0]
-                        j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0)
+                        restart_too = size == steady_sizes[0] and shape == load_shapes[0]
+                        j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0, shape=shape)
                         _settle(box)
                         doc["load"].append([time.time(), *os.getloadavg()])
-                        s, r = _guarded(
+                        s, r, first = _guarded(
                             lambda: steady.measure(c, j, run, rates[size], step, fractions,  # noqa: B023
-                                                   restart_too),  # noqa: B023
+                                                   restart_too, args.first_rate, first_s),  # noqa: B023
                             lambda e: ([], {"contender": c.key, "run": run,  # noqa: B023
-                                            "peak_rss_mb": 0.0, "error": f"bench error: {e}"}))
+                                            "peak_rss_mb": 0.0, "error": f"bench error: {e}"}, None))
                         _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
                         _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
                         doc["steady"] += s
+                        if first:
+                            doc["first_minute"].append(first)
                         if restart_too:
-                            doc["restart"].append({**r, "size": size})
+                            doc["restart"].append({**r, "size": size, "shape": shape})
                         elif "error" in r:  # the series itself failed (no restart is measured at this size)
                             doc["steady_errors"].append({"contender": c.key, "run": run, "size": size,
-                                                         "error": r["error"]})
+                                                         "shape": shape, "error": r["error"]})
                         save()
+                        if first:
+                            print(f"run {run} first minute {size:5d} B {shape:7} {c.key:16} {first['rate']}/s "
+                                  f"p50 {first['p50_s']:.3f}s p99 {first['p99_s']:.3f}s worst 10 s window p99 "
+                                  f"{first['worst_window_p99_s']:.3f}s (from {first['worst_window_from_s']:.0f}s)",
+                                  flush=True)
                         for x in s:
-                            print(f"run {run} steady {size:5d} B {c.key:16} {x['rate']:8.0f}/s (produced "
+                            print(f"run {run} steady {size:5d} B {shape:7} {c.key:16} {x['rate']:8.0f}/s (produced "
                                   f"{x['produced_per_s']:8.0f}/s) p50 {x['p50_s']:.3f}s p95 {x['p95_s']:.3f}s "
                                   f"p99 {x['p99_s']:.3f}s behind {x['behind_end']:7d} bounded {x['bounded']} "
                                   f"(watcher lag {x['lag_end']:7d})", flush=True)
@@ -241,6 +281,8 @@ def main(argv: list[str] | None = None) -> int:
                                                  error=f"creating/filling the source topics: {e}").to_dict())
                 finally:
                     _tidy(lambda: kafka_ops.delete_topics(box.source.bootstrap, f"many-{mstamp}-"))  # noqa: B023
+        if not args.no_wan:
+            _wan_part(args, box, contenders, runs, job, doc, save, logdir)
     finally:
         doc["finished"] = time.strftime("%Y-%m-%d %H:%M:%S %Z")
         save()
@@ -252,6 +294,66 @@ def main(argv: list[str] | None = None) -> int:
         report.write(parts.merged(doc, measured_now, earlier), ROOT / "BENCHMARKS.md",
                      ROOT / "bench" / "throughput.png")
     return 0
+
+
+def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: int, job, doc: dict, save,
+              logdir: Path) -> None:
+    """Per run: the link's ceiling, then every placement x round trip with the contenders interleaved
+    in each cell, then the capped link with compressed text records (bench/wan.py)."""
+    size = args.wan_size
+    records = args.wan_records or (100_000 if args.quick else 2_000_000)
+    rtts = [float(x) for x in args.wan_rtts.split(",")]
+    placements = args.wan_placements.split(",")
+    unknown = [p for p in placements if p not in wan.PLACEMENTS]
+    if unknown:
+        raise SystemExit(f"--wan-placements: unknown {unknown[0]!r}; known: {', '.join(wan.PLACEMENTS)}")
+    cap = args.wan_cap_mbit * 1e6 / 8 if args.wan_cap_mbit else None
+    wan_contenders = [c for c in contenders if c.key in wan.CONTENDERS]
+    topic = _preloaded(box, size, records, logdir)
+    text_topic = _preloaded(box, size, records, logdir, text=True) if cap and wan_contenders else None
+    doc["wan_settings"] = {"size": size, "records": records, "cap_mb_per_s": cap / 1e6 if cap else None,
+                           "cap_rtt_ms": args.wan_cap_rtt, "compression": wan.COMPRESSION,
+                           "link": "bench/wanproxy (Go), 256 KiB reads, up to 256 MiB in flight per direction"}
+
+    def one(measure, key: str, **where) -> dict:
+        _settle(box)
+        doc["load"].append([time.time(), *os.getloadavg()])
+        return _guarded(measure, lambda e: {"contender": key, "ok": False, "size": size, "records": records,
+                                            "error": f"bench error: {e}", **where})
+
+    for run in range(1, runs + 1):
+        for tool in ("produce", "consume"):
+            for rtt in (None, 0.0):
+                j = job(topic, size, records)
+                where = {"run": run, "tool": tool, "via": "direct" if rtt is None else "link", "rtt_ms": rtt or 0}
+                row = one(lambda: wan.ceiling(box, j, tool, rtt, run, args.timeout), tool, **where)  # noqa: B023
+                _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                doc["link_ceiling"].append(row)
+                save()
+                print(f"run {run} link ceiling {tool:7} {where['via']:6} "
+                      f"{_wan_status(row)}  load {os.getloadavg()[0]:.2f}", flush=True)
+        cells = [(p, rtt, None, topic) for p in placements for rtt in rtts]
+        cells += [(p, args.wan_cap_rtt, cap, text_topic) for p in placements] if text_topic else []
+        for placement, rtt, capped, source_topic in cells:
+            for c in rotated(wan_contenders, run):
+                j = job(source_topic, size, records, compression=wan.COMPRESSION if capped else "")
+                where = {"run": run, "placement": placement, "rtt_ms": rtt,
+                         "cap_mb_per_s": capped / 1e6 if capped else None}
+                row = one(lambda: wan.measure(box, c, j, placement, rtt, capped, run, args.timeout),  # noqa: B023
+                          c.key, **where)
+                _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                doc["wan"].append(row)
+                save()
+                print(f"run {run} wan {placement:11} {rtt:5.0f} ms{' capped' if capped else '       '} {c.key:16} "
+                      f"{_wan_status(row)}  load {os.getloadavg()[0]:.2f}", flush=True)
+
+
+def _wan_status(row: dict) -> str:
+    if not row.get("ok"):
+        return f"FAILED: {row.get('error', '')[:300]}"
+    return (f"{row['records_per_s']:10.0f} rec/s {row['mb_per_s']:7.1f} MB/s {row['cpu_s_per_gb']:6.1f} CPU-s/GB"
+            + (f" link {row['link_cpu_s_per_gb']:.1f} CPU-s/GB, {row['link_bytes_per_payload_byte']:.2f} B per "
+               "payload B" if "link_cpu_s_per_gb" in row else ""))
 
 
 def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
@@ -354,16 +456,20 @@ def _max_rates(arg: str | None, sizes: list[int], catchup_rows: list[dict]) -> d
             for size in sizes}
 
 
-def _preloaded(box: Sandbox, size: int, records: int, logdir: Path) -> str:
-    """The source topic of a record size, loaded once and reused by every run and later invocations."""
-    topic = f"bench-{size}b-{records}"
+def _preloaded(box: Sandbox, size: int, records: int, logdir: Path, text: bool = False) -> str:
+    """The source topic of a record size, loaded once and reused by every run and later invocations.
+    `text`: compressible payloads in lz4 batches (the capped WAN link's records)."""
+    topic = f"bench-{'text-' if text else ''}{size}b-{records}"
     ends = kafka_ops.CommittedEnds(box.source.bootstrap, topic, PARTITIONS)
     have = ends.total() if kafka_ops.topic_exists(box.source.bootstrap, topic) else 0
     if have != records:
         if have:
             kafka_ops.delete_topics(box.source.bootstrap, topic)
             time.sleep(2)
-        took = kafka_ops.preload(box.source.bootstrap, topic, PARTITIONS, records, size, logdir / "preload.log")
+        extra = ({"payload_file": wan.text_payload_file(size, logdir / f"text-{size}b.payloads"),
+                  "compression": wan.COMPRESSION} if text else {})
+        took = kafka_ops.preload(box.source.bootstrap, topic, PARTITIONS, records, size, logdir / "preload.log",
+                                 **extra)
         print(f"preloaded {records} x {size} B into {topic} in {took:.1f}s", flush=True)
     return topic
 

@@ -28,6 +28,11 @@ LOAD_PROCESS_RATE = 60_000  # records/s one paced Python producer is asked for a
 BOUNDED_LAG_S = 2.0
 READY_TIMEOUT_S = 240.0
 DRAIN_S = 20.0
+# The first minute after a start: how long, and the width of the windows whose worst p99 is reported
+# (a stall of a few seconds disappears in a whole minute's p99 when it hits under 1 % of the records).
+FIRST_MINUTE_S = 60.0
+FIRST_MINUTE_RATE = 2_000  # records/s: the rate of the user's probe in issue 51
+WINDOW_S = 10.0
 RESTART_TIMEOUT_S = 240.0
 
 
@@ -124,8 +129,10 @@ def _watch(bootstrap: str, topic: str, partitions: int, count, hit, stop, conn) 
 
 
 def _percentiles(ts: array, seen: array, t0: float, t1: float) -> dict:
-    lat = sorted(s - t for t, s in zip(ts, seen, strict=False) if t0 <= t < t1)
-    return {"p50_s": _pct(lat, 0.50), "p95_s": _pct(lat, 0.95), "p99_s": _pct(lat, 0.99), "received": len(lat)}
+    pairs = [(t, s) for t, s in zip(ts, seen, strict=False) if t0 <= t < t1]
+    lat = sorted(s - t for t, s in pairs)
+    return {"p50_s": _pct(lat, 0.50), "p95_s": _pct(lat, 0.95), "p99_s": _pct(lat, 0.99), "received": len(lat),
+            "first_created": min((t for t, _ in pairs), default=None)}
 
 
 class Load:
@@ -134,7 +141,7 @@ class Load:
     def __init__(self, job: Job, rate: float, seconds: float) -> None:
         n = max(1, -(-int(rate) // LOAD_PROCESS_RATE))
         cmd = [sys.executable, "-m", "bench.load", "--bootstrap", job.source, "--topic", job.topic,
-               "--size", str(job.size), "--rate", str(rate / n), "--seconds", str(seconds)]
+               "--size", str(job.size), "--rate", str(rate / n), "--seconds", str(seconds), "--shape", job.shape]
         env = {"PYTHONPATH": str(Path(__file__).resolve().parents[1])}
         self.trees = [Tree(cmd, job.log("load"), env=env) for _ in range(n)]
 
@@ -154,10 +161,62 @@ def _pct(xs: list[float], q: float) -> float:
     return xs[min(len(xs) - 1, int(q * len(xs)))] if xs else float("nan")
 
 
+def windows(t0: float, t1: float, width: float = WINDOW_S) -> list[tuple[float, float]]:
+    """[t0, t1) cut into `width`-second windows from t0; a last window shorter than half of `width`
+    joins the one before (a 2-record window's p99 says nothing)."""
+    out = []
+    a = t0
+    while a < t1:
+        out.append((a, min(a + width, t1)))
+        a += width
+    if len(out) > 1 and out[-1][1] - out[-1][0] < width / 2:
+        out[-2:] = [(out[-2][0], out[-1][1])]
+    return out
+
+
+def worst_window(per_window: list[dict]) -> dict | None:
+    """The window with the highest p99 (NaN, an empty window, never wins)."""
+    have = [w for w in per_window if w["received"] and w["p99_s"] == w["p99_s"]]
+    return max(have, key=lambda w: w["p99_s"]) if have else None
+
+
+def _first_minute(contender: Contender, job: Job, run: int, tree: Tree, watcher: Watcher,
+                  source: kafka_ops.CommittedEnds, rate: float, seconds: float) -> dict:
+    """`rate` records/s for `seconds` on a contender that has just started (its first record is
+    visible): latency over the whole span and per 10 s window counted from the first record created."""
+    t0 = time.time()
+    cpu0 = tree.sample()[0]
+    load = _load(job, rate, seconds)
+    while load.running():
+        tree.sample()
+        time.sleep(0.2)
+    t1 = time.time()
+    cpu1 = tree.sample()[0]
+    sent = source.total()
+    drain_until = time.monotonic() + DRAIN_S
+    while watcher.count() < sent and time.monotonic() < drain_until:
+        tree.sample()
+        time.sleep(0.2)
+    whole = watcher.percentiles(t0, t1)
+    first = whole.pop("first_created", None) or t0
+    per_window = []
+    for a, b in windows(first, t1):
+        w = watcher.percentiles(a, b)
+        w.pop("first_created", None)
+        per_window.append({"from_s": a - first, "to_s": b - first, **w})
+    worst = worst_window(per_window)
+    return {"contender": contender.key, "run": run, "size": job.size, "shape": job.shape, "rate": round(rate),
+            "seconds": t1 - first, **whole, "windows": per_window,
+            "worst_window_p99_s": worst["p99_s"] if worst else float("nan"),
+            "worst_window_from_s": worst["from_s"] if worst else float("nan"), "cpu_s": cpu1 - cpu0}
+
+
 def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: float,
-            fractions: tuple[float, ...] = FRACTIONS, restart_too: bool = True) -> tuple[list[dict], dict]:
-    """Rate steps (`fractions` of `max_rate`, `step_s` each) until one leaves the lag unbounded,
-    then, if `restart_too`, the restart measurement at a quarter of `max_rate`."""
+            fractions: tuple[float, ...] = FRACTIONS, restart_too: bool = True, first_rate: float = 0.0,
+            first_s: float = 0.0) -> tuple[list[dict], dict, dict | None]:
+    """If `first_s`: the first minute after the start at `first_rate`; then rate steps (`fractions`
+    of `max_rate`, `step_s` each) until one leaves the lag unbounded, then, if `restart_too`, the
+    restart measurement at a quarter of `max_rate`."""
     kafka_ops.create_topic(job.source, job.topic, job.partitions)
     source = kafka_ops.CommittedEnds(job.source, job.topic, job.partitions)
     target = kafka_ops.CommittedEnds(job.target, job.replica, job.partitions)
@@ -166,6 +225,7 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
     tree = contender.launch(job)
     steps: list[dict] = []
     restart: dict = {"contender": contender.key, "run": run}
+    first: dict | None = None
     trees = [tree]
     try:
         warm = _load(job, 100, READY_TIMEOUT_S)
@@ -176,7 +236,9 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
         warm.stop()
         if watcher.count() == 0:
             restart["error"] = f"no record replicated within {READY_TIMEOUT_S:.0f}s: {tree.tail(8)}"
-            return steps, restart
+            return steps, restart, first
+        if first_s > 0:
+            first = _first_minute(contender, job, run, tree, watcher, source, first_rate, first_s)
         for fraction in fractions:
             rate = round(max_rate * fraction)
             sent0 = source.total()
@@ -205,7 +267,9 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             lat = watcher.percentiles(t0, t1)
             bounded = behind <= BOUNDED_LAG_S * rate
             # What the load generator really produced: on a saturated box it falls behind the rate asked.
-            steps.append({"contender": contender.key, "run": run, "size": job.size, "fraction": fraction,
+            lat.pop("first_created", None)
+            steps.append({"contender": contender.key, "run": run, "size": job.size, "shape": job.shape,
+                          "fraction": fraction,
                           "rate": rate, "produced_per_s": (sent - sent0) / max(t1 - t0, 1e-9),
                           **lat, "behind_end": behind, "bounded": bounded,
                           # The watcher's own backlog is in here too; its latencies include it.
@@ -218,7 +282,7 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
                 break  # higher rates cannot be bounded either
         if restart_too:
             restart.update(_restart(contender, job, tree, trees, watcher, target, max_rate))
-        return steps, restart
+        return steps, restart, first
     finally:
         watcher.stop()
         for t in trees:

@@ -19,7 +19,7 @@ FULL = _doc("full", catchup=[{"c": 1}], steady=[{"s": 1}], restart=[{"r": 1}])  
 
 def test_a_part_measured_now_replaces_only_its_own_rows():
     many_only = _doc("many", many=[{"m": 1}], many_size=256)
-    doc = merged(many_only, measured(True, True, False), FULL)
+    doc = merged(many_only, measured(True, True, False, True), FULL)
     assert doc["many"] == [{"m": 1}] and doc["many_size"] == 256
     assert doc["catchup"] == [{"c": 1}] and doc["steady"] == [{"s": 1}] and doc["restart"] == [{"r": 1}]
     assert doc["parts"] == ["many partitions"]
@@ -36,7 +36,7 @@ def test_merging_twice_keeps_each_part_with_the_invocation_that_measured_it():
 
 
 def test_a_run_that_measures_everything_keeps_nothing():
-    doc = merged(_doc("again", catchup=[{"c": 2}]), measured(False, False, False), FULL)
+    doc = merged(_doc("again", catchup=[{"c": 2}]), measured(False, False, False, False), FULL)
     assert doc["earlier"] == [] and doc["catchup"] == [{"c": 2}] and doc["steady"] == []
 
 
