@@ -28,7 +28,7 @@ done
 
 started=$(date +%s)
 "${here}/build-k8s.sh"
-mkdir -p "${K8S_RUN}"/{pids,logs,host,etcd,cni/net.d,kubelet,pod-logs,containerd/root,containerd/state}
+mkdir -p "${K8S_RUN}"/{pids,cmd,logs,host,etcd,cni/net.d,kubelet,pod-logs,containerd/root,containerd/state}
 
 # What the kubelet changes on the host, as it was: down.sh puts it back.
 for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops kernel.keys.root_maxkeys \
@@ -43,10 +43,12 @@ done
 "${here}/pki.sh"
 pki="${K8S_RUN}/pki"
 
-# start NAME NICE CMD...: a daemon in its own session, its pid recorded for down.sh.
+# start NAME NICE CMD...: a daemon in its own session, its pid recorded for down.sh and its command
+# line for restart.sh.
 start() {
   local name="$1" niceness="$2"; shift 2
-  setsid nice -n "$niceness" "$@" >"${K8S_RUN}/logs/${name}.log" 2>&1 </dev/null &
+  printf '%s\0' nice -n "$niceness" "$@" >"${K8S_RUN}/cmd/${name}"
+  setsid nice -n "$niceness" "$@" >>"${K8S_RUN}/logs/${name}.log" 2>&1 </dev/null &
   echo $! >"${K8S_RUN}/pids/${name}"
 }
 # wait_for WHAT SECONDS CMD...
@@ -131,6 +133,8 @@ start kube-apiserver 10 "${K8S_BIN}/kube-apiserver" \
   --service-account-issuer=https://kubernetes.default.svc --service-account-key-file="${pki}/sa.pub" \
   --service-account-signing-key-file="${pki}/sa.key" \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=false \
+  `# Endpoints may not be loopback addresses, so the kubernetes Service gets none (no kube-proxy anyway).` \
+  --endpoint-reconciler-type=none \
   --profiling=false
 kubectl_=(kubectl --kubeconfig "$K8S_KUBECONFIG")
 wait_for kube-apiserver 180 "${kubectl_[@]}" get --raw /readyz
