@@ -75,5 +75,9 @@ for tool in iptables ip6tables; do
   done
 done
 
+if [[ ! -s "${K8S_RUN}/host/run-containerd" && -d /run/containerd ]]; then
+  find /run/containerd -depth -type d -empty -delete 2>/dev/null
+fi
+
 rm -rf "$K8S_RUN" 2>/dev/null || echo "k8s-down: ${K8S_RUN} not fully removed (something still mounted?)" >&2
 echo "k8s-down: stopped; ${K8S_RUN} removed" >&2

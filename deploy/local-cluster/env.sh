@@ -18,7 +18,9 @@ K8S_KUBELET_PORT=$((10250 + K8S_SHIFT))
 K8S_KUBELET_HEALTHZ_PORT=$((10248 + K8S_SHIFT))
 K8S_KCM_PORT=$((10257 + K8S_SHIFT))
 K8S_SCHEDULER_PORT=$((10259 + K8S_SHIFT))
-K8S_NODE="${K8S_NODE:-replicator-node}"
+# The node is named by its IP: the kubelet refuses a loopback --node-ip ("nodeIP can't be loopback
+# address"), but takes an IP given as --hostname-override as the node's InternalIP as it is.
+K8S_NODE="${K8S_IP}"
 K8S_PAUSE_IMAGE="localhost/replicator-pause:catatonit"
 K8S_CONTAINERD_SOCK="${K8S_RUN}/containerd/containerd.sock"
 K8S_KUBECONFIG="${K8S_RUN}/pki/admin.kubeconfig"

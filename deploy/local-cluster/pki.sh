@@ -40,7 +40,7 @@ cert admin admin system:masters "" clientAuth
 cert controller-manager system:kube-controller-manager "" "" clientAuth
 cert scheduler system:kube-scheduler "" "" clientAuth
 cert kubelet-client "system:node:${K8S_NODE}" system:nodes "" clientAuth
-cert kubelet-serving "system:node:${K8S_NODE}" system:nodes "IP:${K8S_IP},DNS:${K8S_NODE}" serverAuth
+cert kubelet-serving "system:node:${K8S_NODE}" system:nodes "IP:${K8S_IP}" serverAuth
 cert kube-controller-manager-serving kube-controller-manager "" "IP:${K8S_IP}" serverAuth
 cert kube-scheduler-serving kube-scheduler "" "IP:${K8S_IP}" serverAuth
 if [[ ! -s sa.key ]]; then

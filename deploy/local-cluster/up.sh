@@ -35,6 +35,9 @@ for k in vm.overcommit_memory vm.panic_on_oom kernel.panic kernel.panic_on_oops 
          kernel.keys.root_maxbytes; do
   echo "${k}=$(sysctl -n "$k")"
 done >"${K8S_RUN}/host/sysctl"
+# containerd 1.6 keeps shim sockets and fifos in /run/containerd whatever its state dir: down.sh removes
+# that directory (once empty) when it was not there before.
+[[ -e /run/containerd ]] && echo "existed" >"${K8S_RUN}/host/run-containerd"
 for t in filter nat mangle; do
   iptables -t "$t" -S 2>/dev/null | awk '$1 == "-N" {print $2}' >"${K8S_RUN}/host/iptables-${t}" || true
   ip6tables -t "$t" -S 2>/dev/null | awk '$1 == "-N" {print $2}' >"${K8S_RUN}/host/ip6tables-${t}" || true
@@ -94,6 +97,9 @@ state = "${K8S_RUN}/containerd/state"
   stream_server_address = "${K8S_IP}"
   stream_server_port = "0"
   enable_selinux = false
+  # Without CAP_SYS_RESOURCE (not granted here) runc cannot lower oom_score_adj to the kubelet's -998
+  # for sandboxes: "nsexec: failed to update /proc/self/oom_score_adj: Permission denied".
+  restrict_oom_score_adj = true
   [plugins."io.containerd.grpc.v1.cri".cni]
     bin_dir = "/usr/lib/cni"
     conf_dir = "${K8S_RUN}/cni/net.d"
@@ -104,6 +110,7 @@ state = "${K8S_RUN}/containerd/state"
       runtime_type = "io.containerd.runc.v2"
       [plugins."io.containerd.grpc.v1.cri".containerd.runtimes.runc.options]
         SystemdCgroup = false
+        Root = "${K8S_RUN}/runc"
 TOML
 start containerd 0 containerd --config "${K8S_RUN}/containerd/config.toml"
 wait_for containerd 60 ctr --address "$K8S_CONTAINERD_SOCK" version
@@ -201,7 +208,7 @@ imageGCLowThresholdPercent: 98
 YAML
 start kubelet 10 "${K8S_BIN}/kubelet" --config="${K8S_RUN}/kubelet/config.yaml" \
   --kubeconfig="${pki}/kubelet.kubeconfig" --root-dir="${K8S_RUN}/kubelet" --cert-dir="${K8S_RUN}/kubelet/pki" \
-  --node-ip="${K8S_IP}" --hostname-override="${K8S_NODE}" --v=1
+  --hostname-override="${K8S_NODE}" --v=1
 node_ready() {
   [[ "$("${kubectl_[@]}" get node "$K8S_NODE" -o jsonpath='{.status.conditions[?(@.type=="Ready")].status}')" == True ]]
 }

@@ -1,10 +1,10 @@
-"""Debian's `prometheus` finding the replicator's pod through the Kubernetes API (kubernetes_sd_configs,
-role pod; and role endpointslice for the Service), with the project's alert rules loaded."""
+"""Prometheus finding the replicator's pod through the Kubernetes API (kubernetes_sd_configs, role pod;
+and role endpointslice for the Service), with the project's alert rules loaded. Debian's prometheus has
+no Kubernetes discovery compiled in, so this is Prometheus 3 built by deploy/local-cluster/build-prometheus.sh."""
 
 from __future__ import annotations
 
 import json
-import shutil
 import signal
 import socket
 import subprocess
@@ -12,7 +12,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
-from tests.k8s.kube import NAMESPACE, ROOT, Kube, wait_until
+from tests.k8s.kube import LOCAL, NAMESPACE, ROOT, Kube, wait_until
 
 RULES = ROOT / "deploy" / "prometheus" / "alerts.yaml"
 
@@ -37,8 +37,10 @@ class KubePrometheus:
                                "key_file": str(pki / "admin.key")}}
 
     def start(self) -> KubePrometheus:
-        binary = shutil.which("prometheus")
-        assert binary, "the prometheus server is missing: `make debs` (or apt-get install prometheus) installs it"
+        built = subprocess.run(["bash", str(LOCAL / "build-prometheus.sh")], capture_output=True, text=True,
+                               timeout=3600)
+        assert built.returncode == 0, f"build-prometheus.sh failed:\n{built.stderr[-4000:]}"
+        binary = built.stdout.strip().splitlines()[-1]
         config = {
             "global": {"scrape_interval": "2s", "scrape_timeout": "2s", "evaluation_interval": "2s"},
             "rule_files": [str(RULES)],
@@ -62,7 +64,7 @@ class KubePrometheus:
         path.write_text(json.dumps(config))
         log = open(self.workdir / "prometheus.log", "ab")  # noqa: SIM115 - handed to the child
         self.proc = subprocess.Popen(
-            [shutil.which("prometheus") or "prometheus", f"--config.file={path}",
+            [binary, f"--config.file={path}",
              f"--storage.tsdb.path={self.workdir / 'data'}", f"--web.listen-address={self.url[7:]}",
              "--storage.tsdb.retention.time=1h", "--log.level=warn"],
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
