@@ -111,3 +111,15 @@ sandbox-down: $(STAMP)
 clean:
 	-$(BIN)/replicator sandbox down
 	rm -rf $(VENV) .sandbox .pytest_cache .ruff_cache
+
+# A one-node Kubernetes cluster on this machine (deploy/local-cluster/, as root): etcd, the control
+# plane and a kubelet on containerd, on 127.0.24.1; the first `k8s-up` compiles Kubernetes (tens of
+# minutes, cached in ~/.cache/replicator). `k8s-down` stops it and undoes every host change.
+.PHONY: k8s-up k8s-down k8s-test
+k8s-up:
+	deploy/local-cluster/up.sh
+k8s-down:
+	deploy/local-cluster/down.sh
+# The manifests on that cluster (tests/k8s; starts the cluster when none runs, and stops it after).
+k8s-test: $(STAMP) jars debs containertools deploytools | .pytest-tmp
+	$(call pytest,k8s) -q -s -m k8s tests/k8s
