@@ -38,7 +38,8 @@ def metrics_port(kube: Kube, offset: int) -> int:
 def records(n: int, start: int) -> list[tuple]:
     base_ts = int(time.time() * 1000) - 600_000
     return [(i % PARTITIONS, f"k{i % 53}".encode(), f"v{i}".encode() + bytes(i % 30),
-             [("seq", str(i).encode())] if i % 2 else None, base_ts + i) for i in range(start, start + n)]
+             # Timestamps stay in the past whatever `start` is (the broker refuses records over an hour ahead).
+             [("seq", str(i).encode())] if i % 2 else None, base_ts + i % 100_000) for i in range(start, start + n)]
 
 
 class Feed:
