@@ -26,7 +26,7 @@ Any Kafka error in the transaction drops the producer and starts again at step 1
 before (commit or not), the re-read offsets tell the truth, once they are at least as new as the
 commits this run knows of. A commit call that failed may still have committed: the target's data
 says whether it did before the offsets are read (`commit_outcome`). A source consumer that stops
-fetching without an error (librdkafka #5153) is replaced at the copy positions (`fetch_watch`).
+fetching without an error (librdkafka #5153) is replaced at the copy positions (`clients.fetch_watch`).
 
 `copy()` runs the same loop up to given end offsets and returns (tests, the bench's bare loop).
 """
@@ -42,12 +42,14 @@ from typing import Protocol
 
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 
-from replicator.clients import kafka_clients
+from replicator.clients import fetch_watch, kafka_clients
+from replicator.clients.bounded_call import BoundedCaller
+from replicator.clients.callback_errors import kafka_errors_unwrapped
 from replicator.clients.client_errors import Outcome, classify, transient
+from replicator.clients.fetch_watch import FetchWatch
+from replicator.clients.queue_full import produce_when_room
 from replicator.config import ReplicatorConfig
-from replicator.engine import commit_outcome, fetch_watch, heap, transactional_ids
-from replicator.engine.bounded_call import BoundedCaller
-from replicator.engine.fetch_watch import FetchWatch
+from replicator.engine import commit_outcome, heap, transactional_ids
 from replicator.engine.stall_watch import StallWatch
 from replicator.groups import index
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed, read_committed
@@ -278,15 +280,8 @@ class ShardCopier:
             producer = None
             try:
                 producer = self._new_producer()
-                try:
+                with kafka_errors_unwrapped():
                     self._copy_with(producer, ranges, should_stop)
-                except SystemError as e:
-                    # confluent-kafka raises a producer's fatal error (fenced by a twin) from inside
-                    # flush()/poll(); when a delivery callback runs after that, Python reports the
-                    # callback as returning "with an exception set": the fatal error is its cause.
-                    if isinstance(e.__cause__, KafkaException):
-                        raise e.__cause__ from None
-                    raise
                 return
             except KafkaException as e:
                 err = e.args[0]
@@ -683,7 +678,7 @@ class ShardCopier:
                     try:
                         produce(target_topic, value, key, partition, report, None, ts if ts > 0 else 0, m.headers())
                     except BufferError:  # rare: the arguments are built again rather than on every record
-                        _produce_when_room(producer, (target_topic, value, key, partition, report, None,
+                        produce_when_room(producer, (target_topic, value, key, partition, report, None,
                                                       ts if ts > 0 else 0, m.headers()))
                     st.next = offset + 1
                     st.dirty = True
@@ -957,17 +952,6 @@ class _PairReport:
             self.st.pair = (self.source_offset, msg.offset())
         if self.first:
             self.st.first_pair = (self.source_offset, msg.offset())
-
-
-def _produce_when_room(producer: Producer, args: tuple) -> None:
-    """librdkafka's local queue is full: lets deliveries drain until the record fits."""
-    while True:
-        producer.poll(0.05)
-        try:
-            producer.produce(*args)
-            return
-        except BufferError:
-            continue
 
 
 def _why_fatal(err: KafkaError) -> str:
