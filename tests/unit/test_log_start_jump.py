@@ -3,12 +3,13 @@ begins (no index gap, so a translation below it is refused, not guessed) versus 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from replicator.engine.shard_copy import CopyRange, CopyStats, DataLossError, ShardCopier, _PartitionState
+from replicator.config import ReplicatorConfig
+from replicator.engine.partition_copy import CopyRange, PartitionCopy
+from replicator.engine.shard_copy import DataLossError, ShardCopier
 from replicator.offsets import CommitMetadata
+from tests.unit.copier_fakes import Clients, copier
 
 
 class Consumer:  # what the rule reads and does on the consumer
@@ -25,15 +26,14 @@ class Consumer:  # what the rule reads and does on the consumer
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
 
-def out_of_range(st: _PartitionState, low: int, on_data_loss: str = "fail") -> SimpleNamespace:
-    copier = SimpleNamespace(consumer=Consumer(low), cfg=SimpleNamespace(on_data_loss=on_data_loss),
-                             stats=CopyStats(), _changed=lambda s: None, _finish=lambda s: None)
-    ShardCopier._on_out_of_range(copier, st)
-    return copier
+def out_of_range(st: PartitionCopy, low: int, on_data_loss: str = "fail") -> ShardCopier:
+    c = copier(ReplicatorConfig(translation_index=False, on_data_loss=on_data_loss), clients=Clients(Consumer(low)))
+    c._on_out_of_range(st)
+    return c
 
 
-def state(next_offset: int, promised: bool) -> _PartitionState:
-    return _PartitionState(CopyRange("a", "a", 0, 0, 10_000), next_offset, promised, CommitMetadata("c", "a", 1, 0),
+def state(next_offset: int, promised: bool) -> PartitionCopy:
+    return PartitionCopy(CopyRange("a", "a", 0, 0, 10_000), next_offset, promised, CommitMetadata("c", "a", 1, 0),
                            txn_begin=next_offset)
 
 
