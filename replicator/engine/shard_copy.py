@@ -31,15 +31,12 @@ replaced at the copy positions (`clients.fetch_watch`).
 from __future__ import annotations
 
 import logging
-import threading
 import time
 
-from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaException, Producer, TopicPartition
 
-from replicator.clients import fetch_watch
 from replicator.clients.callback_errors import kafka_errors_unwrapped
-from replicator.clients.client_errors import Outcome, transient
-from replicator.clients.fetch_watch import FetchWatch
+from replicator.clients.client_errors import Outcome
 from replicator.clients.queue_full import produce_when_room
 from replicator.config import ReplicatorConfig
 from replicator.engine import heap, shard_producer, transactional_ids
@@ -49,6 +46,7 @@ from replicator.engine.faults import FaultyProducer
 from replicator.engine.partition_copy import OFFSET_BEGINNING, CopyRange, PairReport, PartitionCopy
 from replicator.engine.retry_policy import RetryPolicy
 from replicator.engine.shard_partitions import ShardPartitions
+from replicator.engine.source_reader import SourceReader
 from replicator.engine.stall_watch import StallWatch
 from replicator.engine.task_report import DriverLink, TaskReport
 from replicator.engine.transaction_rhythm import TransactionRhythm
@@ -58,14 +56,8 @@ from replicator.replication_policy import Provenance
 
 log = logging.getLogger("replicator.shard_copy")  # the log's public name, kept when the module moved
 
-_CONSUME_BATCH = 10_000
 _LATENCY_SAMPLES_PER_TXN = 8
-_CONSUME_ERROR_LOG_S = 10.0
 _STALE_LOG_S = 10.0
-
-
-class DataLossError(RuntimeError):
-    """Retention deleted source records before they were replicated (on_data_loss=fail)."""
 
 
 class ShardCopier:
@@ -75,21 +67,18 @@ class ShardCopier:
         self.shard = shard
         self.txn_id = transactional_ids.shard_id(cfg.name, shard)
         self._clients = clients = clients if clients is not None else CachedClients(cfg)
-        self.consumer = clients.source_consumer()
+        self._rhythm = TransactionRhythm(cfg)
+        self._partitions = ShardPartitions()
+        self._report = TaskReport(self._partitions.settled)
+        self._source = source = SourceReader(cfg, shard, clients, self._partitions, self._rhythm, self._report)
         self.group = clients.group_reader()
         self.source_cluster = clients.source_cluster()
         self.provenance = Provenance(self.source_cluster, clients.target_cluster()) if cfg.provenance_header else None
         self.index_partitions = clients.index_partitions() if cfg.translation_index and cfg.exactly_once else 0
         producer = shard_producer.for_guarantee(cfg, shard, self.txn_id)
         # A test fault wraps the producer: the loop below never asks whether one is set.
-        self._producer = FaultyProducer(producer, fault, lambda: self.consumer) if fault else producer
-        heap.spare_batches(_CONSUME_BATCH)
-        self._rhythm = TransactionRhythm(cfg)
-        self._partitions = ShardPartitions()
-        self._report = TaskReport(self._partitions.settled)
-        self._fetches = FetchWatch(time.monotonic(), fetch_watch.WINDOW_S)  # a source consumer gone quiet
-        self._consume_error_logged = -_CONSUME_ERROR_LOG_S
-        self._paused: list[TopicPartition] = []  # partitions _finish paused, resumed when the attempt ends
+        self._producer = FaultyProducer(producer, fault, lambda: source.consumer) if fault else producer
+        heap.spare_batches(source.batch)
 
     @property
     def stats(self) -> CopyStats:
@@ -154,14 +143,7 @@ class ShardCopier:
         return self._producer.open_client()
 
     def _end_attempt(self) -> None:
-        # Resumed before unassign: a partition assigned again while still paused stalls ~1 s
-        # after resume() in librdkafka 2.16 (measured: every third micro-batch). Only what
-        # was paused: resuming a partition that was not made librdkafka fetch from a stale
-        # position (confluentinc/librdkafka#4637).
-        if self._paused:
-            self.consumer.resume(self._paused)
-            self._paused = []
-        self.consumer.unassign()
+        self._source.end()
         self._rhythm.attempt_ended()
         self._partitions.states = {}  # the next attempt's partitions are settled once it sees their ends again
         self._producer.stop()
@@ -171,16 +153,12 @@ class ShardCopier:
         states = self._partitions.states = self._resume_points(ranges, should_stop)
         if not states:
             return
-        self.consumer.assign([TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()])
-        self._fetches.restart(self._partitions.positions(), time.monotonic())
-        rhythm = self._rhythm
+        source, rhythm = self._source, self._rhythm
+        source.start()
         while not should_stop() and not all(s.done for s in states.values()):
-            # Between transactions only: asking the source can take its whole timeout while a leader
-            # is away, which would hold an open transaction (and its records' latency) that long.
-            if self._fetches.due(time.monotonic()) and not rhythm.open:
-                self._check_fetching(states)
+            source.turn(between_transactions=not rhythm.open)
             wait = rhythm.wait()
-            msgs = self._fetch(wait)
+            msgs = source.fetch(wait)
             if msgs:
                 self._produce_batch(msgs, states)
             else:
@@ -188,74 +166,10 @@ class ShardCopier:
                 # waited for the next record (or the task's end, minutes later) and the driver's
                 # metrics and progress line stood still behind the target meanwhile.
                 self._report.send()
-            if rhythm.due(rhythm.after_read(len(msgs) >= _CONSUME_BATCH, not msgs and wait > 0, self._waiting)):
+            if rhythm.due(rhythm.after_read(len(msgs) >= source.batch, not msgs and wait > 0, source.waiting)):
                 self._commit(states)
         if rhythm.open:
             self._commit(states)
-
-    def _fetch(self, wait: float) -> list:
-        self._rhythm.working()
-        msgs = self.consumer.consume(_CONSUME_BATCH, 0)
-        if msgs or wait <= 0:
-            return msgs
-        # consume() with a timeout waits for a full batch; poll() returns at the first record.
-        first = self.consumer.poll(wait)
-        self._rhythm.working()
-        return [first, *self.consumer.consume(_CONSUME_BATCH - 1, 0)] if first is not None else []
-
-    def _waiting(self, enough: float) -> int:
-        """Records the source holds past the running attempt's copy positions (the high watermarks of
-        the last fetch responses; no broker round trip), counted until past `enough`."""
-        waiting = 0
-        for st in self._partitions.states.values():
-            if waiting >= enough:
-                break  # no need to look at every partition (catch-up of many of them)
-            if st.done or st.next < 0:
-                continue
-            try:  # a sizing hint only: a partition the client knows nothing of yet counts as caught up
-                _, high = self.consumer.get_watermark_offsets(TopicPartition(st.r.source_topic, st.r.partition),
-                                                              cached=True)
-            except KafkaException:
-                continue
-            waiting += max(0, high - st.next)
-        return waiting
-
-    def _check_fetching(self, states: dict) -> None:
-        """Replaces the source consumer when it stopped fetching partitions the source has committed
-        records in (see fetch_watch)."""
-        positions, window = self._partitions.positions(), self._fetches.window_s
-        unmoved = self._fetches.unmoved(positions, time.monotonic())
-        behind = fetch_watch.stalled({k: positions[k] for k in unmoved}, self._source_ends(unmoved)) if unmoved else []
-        self._fetches.judged(bool(behind))
-        if not behind:
-            return
-        self.stats.source_consumer_restarts += 1
-        shown = ", ".join(f"{t}[{p}]" for t, p in behind[:5]) + (f" and {len(behind) - 5} more"
-                                                                  if len(behind) > 5 else "")
-        log.warning("the source consumer fetched nothing of %d partition(s) for %.0f s although the source has "
-                    "committed records past their positions (%s): replacing it (librdkafka #5153)", len(behind),
-                    window, shown,
-                    extra={"shard": self.shard, "event": "source_consumer_stalled", "partitions": len(behind)})
-        old = self.consumer
-        self.consumer = self._clients.new_source_consumer()
-        self._paused = []  # paused on the old consumer; the new one is given only unfinished partitions
-        self.consumer.assign([TopicPartition(t, p, st.next) for (t, p), st in states.items() if not st.done])
-        self._fetches.restart(self._partitions.positions(), time.monotonic())
-        # Closing waits on the old client's broker threads: not something the copy loop waits for.
-        threading.Thread(target=old.close, daemon=True, name=f"close-consumer-{self.shard}").start()
-
-    def _source_ends(self, keys: list) -> dict:
-        """The source's last stable offsets (latest offsets, asked read_committed) of `keys`; {} when
-        the source does not answer (the consumer reports that itself)."""
-        try:
-            answer = self.consumer.offsets_for_times([TopicPartition(t, p, -1) for t, p in keys], timeout=10)
-        except KafkaException:
-            return {}
-        return {(tp.topic, tp.partition): tp.offset for tp in answer if tp.error is None}
-
-    def _changed(self, st: PartitionCopy) -> None:
-        st.dirty = True
-        self._rhythm.changed()
 
     def _resume_points(self, ranges: list[CopyRange], should_stop=lambda: False
                        ) -> dict[tuple[str, int], PartitionCopy]:
@@ -279,8 +193,8 @@ class ShardCopier:
             # partition's is re-committed by its owner, in its own transaction (a commit from anywhere
             # else would fence this shard's writer).
             if needs_refresh(c, stale):
-                st.refresh = True
-                self._changed(st)
+                st.refresh = st.dirty = True
+                self._rhythm.changed()
         return states
 
     def _read_resume_points(self, ranges: list[CopyRange], should_stop) -> dict | None:
@@ -316,7 +230,7 @@ class ShardCopier:
         if self.provenance is not None:  # once per batch: the default path pays nothing per record
             msgs = self.provenance.apply(
                 msgs, lambda m: not states[(m.topic(), m.partition())].beyond(m.offset()))
-        producer = self._producer.client
+        producer, source = self._producer.client, self._source
         produce, produced, n, i = producer.produce, 0, len(msgs), 0
         begin = self._producer.needs_begin()  # asked once per batch, not per record
         # A batch holds runs of one partition's records (librdkafka queues each fetched partition's
@@ -326,7 +240,7 @@ class ShardCopier:
             m = msgs[i]
             i += 1
             if m.error() is not None:
-                self._on_consume_error(m, states)
+                source.event(m, states)
                 continue
             topic, partition = m.topic(), m.partition()
             st = states[(topic, partition)]
@@ -340,9 +254,9 @@ class ShardCopier:
                 # The range rule of PartitionCopy.beyond, inlined here and below: two method calls
                 # per record on the hottest lines of the job.
                 if st.done or (end is not None and offset >= end):
-                    self._finish(st)
+                    source.finish(st)
                 elif offset < st.next:
-                    self._on_rewind(st, offset)
+                    source.rewound(st, offset)
                 else:
                     if offset != st.next:
                         st.skip_to(offset)
@@ -379,7 +293,7 @@ class ShardCopier:
                     st.last_ts = ts
                     produced += 1
                     if end is not None and st.next >= end:
-                        self._finish(st)
+                        source.finish(st)
                 if not run_goes_on:
                     break
                 m, offset = nxt, next_offset
@@ -388,105 +302,6 @@ class ShardCopier:
         if produced:
             self._rhythm.produced(produced)
 
-    def _on_rewind(self, st: PartitionCopy, offset: int) -> None:
-        """The source consumer handed back an offset below the copy position: everything below it was
-        already copied (in this attempt's transactions) or deliberately skipped, so copying it again
-        would duplicate it on the target. Seen once in the multi-broker chaos run during source rolling
-        restarts (RELIABILITY.md): ~570 records of a partition copied twice, nothing logged. The
-        consumer's position is not trusted over ours; its extra records are dropped."""
-        if st.rewound_from != st.next:
-            st.rewound_from = st.next
-            self.stats.source_rewinds += 1
-            log.warning("source %s[%d]: the consumer delivered offset %d below the copy position %d; records "
-                        "below the position were already copied and are dropped", st.r.source_topic,
-                        st.r.partition, offset, st.next,
-                        extra={"shard": self.shard, "event": "source_rewind", "topic": st.r.source_topic,
-                               "partition": st.r.partition, "offset": offset, "position": st.next})
-
-    def _finish(self, st: PartitionCopy) -> None:
-        if st.done:
-            return
-        # Offsets between the last record and the planned end are markers or aborted records.
-        if st.next != st.r.end:
-            st.skip_to(st.r.end)
-            self._changed(st)
-        st.done = True
-        tp = TopicPartition(st.r.source_topic, st.r.partition)
-        self.consumer.pause([tp])
-        self._paused.append(tp)
-
-    def _on_consume_error(self, m, states: dict) -> None:
-        err = m.error()
-        st = states.get((m.topic(), m.partition()))
-        if err.code() == KafkaError._PARTITION_EOF:
-            if st is None or st.done:
-                return
-            if st.beyond(m.offset()):
-                self._finish(st)
-                return
-            if m.offset() > st.next:
-                # The end of what the source has committed lies past the last record: transaction
-                # markers or aborted records. Moving over them lets the group reach the source's end.
-                st.skip_to(m.offset())
-                self._changed(st)
-            st.end_seen = m.offset()
-            return
-        if st is not None and err.code() in (KafkaError._AUTO_OFFSET_RESET, KafkaError.OFFSET_OUT_OF_RANGE):
-            self._on_out_of_range(st)
-            return
-        if st is not None and err.code() in (KafkaError.UNKNOWN_TOPIC_OR_PART, KafkaError._UNKNOWN_TOPIC,
-                                             KafkaError._UNKNOWN_PARTITION):
-            # The source topic was deleted mid-task: its copy ends here, its offsets stay where they
-            # are; the planner drops the topic at its next refresh.
-            log.warning("source %s[%d] disappeared while being copied; its copy ends at offset %d",
-                        st.r.source_topic, st.r.partition, st.next, extra={"event": "topic_deleted"})
-            st.done = True
-            return
-        if transient(err):
-            # A broker down or restarting, a leader moving: the consumer reconnects and fetches again
-            # by itself, and the open transaction (target side) is unaffected. The ends seen before
-            # may be old now: the partitions are no longer reported settled.
-            for unsure in states.values() if st is None else (st,):
-                unsure.end_seen = -1
-            now = time.monotonic()
-            if now - self._consume_error_logged >= _CONSUME_ERROR_LOG_S:
-                self._consume_error_logged = now
-                log.warning("source fetch: %s; the consumer retries by itself", err.str(),
-                            extra={"shard": self.shard, "event": "source_unavailable"})
-            return
-        raise KafkaException(err)
-
-    def _on_out_of_range(self, st: PartitionCopy) -> None:
-        tp = TopicPartition(st.r.source_topic, st.r.partition)
-        low, _ = self.consumer.get_watermark_offsets(tp, timeout=30)
-        where = f"source {st.r.source_topic}[{st.r.partition}]"
-        if not st.promised and not st.records:
-            # Nothing of the partition was ever copied or committed: a first position below the log
-            # start is where its copy begins, not a gap (the index then starts at the log start, as
-            # for a copy from the beginning).
-            st.next = st.txn_begin = max(low, st.next)
-        elif st.next >= low:
-            log.info("%s: fetch at offset %d out of range (log start %d); fetching there again", where,
-                     st.next, low, extra={"shard": self.shard, "event": "source_out_of_range"})
-        else:
-            lost = f"offsets {st.next}..{low - 1} were deleted by retention before being replicated"
-            if self.cfg.on_data_loss == "fail":
-                raise DataLossError(f"{where}: {lost} (on_data_loss=fail; set it to 'skip' to continue "
-                                    f"from the log start)")
-            log.error("data loss: %s: %s; skipping to the log start", where, lost,
-                      extra={"event": "data_loss", "topic": st.r.source_topic, "partition": st.r.partition,
-                             "lost_from": st.next, "lost_to": low - 1})
-            self.stats.data_loss_events += 1
-        st.skip_to(max(low, st.next if st.next >= 0 else low))
-        self._changed(st)
-        if st.beyond(st.next):
-            self._finish(st)
-        else:
-            # seek() is refused on a partition in error state; re-adding it to the assignment works.
-            self.consumer.incremental_unassign([tp])
-            self.consumer.incremental_assign([TopicPartition(st.r.source_topic, st.r.partition, st.next)])
-
-    # -- the commit -----------------------------------------------------------------------------
     def _commit(self, states: dict) -> None:
         entered = time.monotonic()
         started = self._rhythm.started if self._rhythm.started is not None else entered

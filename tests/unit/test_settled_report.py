@@ -29,12 +29,12 @@ def report(c: ShardCopier) -> dict:
 def test_a_partition_is_settled_once_the_group_holds_the_end_its_last_fetch_saw():
     c, states, link = setup()
     assert report(c) == {}  # no end seen yet: nothing is settled
-    c._on_consume_error(Record("s", 0, 10, KafkaError._PARTITION_EOF), states)
+    c._source.event(Record("s", 0, 10, KafkaError._PARTITION_EOF), states)
     assert report(c) == {"s|0": 10}
     assert report(c) == {}  # only changes are sent
 
     # Markers past the last record: the position moves over them in a transaction; settled once committed.
-    c._on_consume_error(Record("s", 1, 14, KafkaError._PARTITION_EOF), states)
+    c._source.event(Record("s", 1, 14, KafkaError._PARTITION_EOF), states)
     assert report(c) == {}
     c._account([states[("s", 1)]], 0.0)
     assert report(c) == {"s|1": 14}
@@ -44,21 +44,21 @@ def test_a_partition_is_settled_once_the_group_holds_the_end_its_last_fetch_saw(
     assert report(c) == {"s|0": -1}
     c._account([states[("s", 0)]], 0.0)
     assert report(c) == {}
-    c._on_consume_error(Record("s", 0, 11, KafkaError._PARTITION_EOF), states)
+    c._source.event(Record("s", 0, 11, KafkaError._PARTITION_EOF), states)
     assert report(c) == {"s|0": 11}
 
 
 def test_a_source_error_or_a_failed_attempt_withdraws_what_was_settled():
     c, states, link = setup()
     for p in (0, 1):
-        c._on_consume_error(Record("s", p, 10, KafkaError._PARTITION_EOF), states)
+        c._source.event(Record("s", p, 10, KafkaError._PARTITION_EOF), states)
     assert report(c) == {"s|0": 10, "s|1": 10}
-    c._on_consume_error(Record("s", 1, 10, KafkaError.NOT_LEADER_FOR_PARTITION), states)
+    c._source.event(Record("s", 1, 10, KafkaError.NOT_LEADER_FOR_PARTITION), states)
     assert report(c) == {"s|1": -1}
-    c._on_consume_error(Record("s", -1, -1, KafkaError._TRANSPORT), states)  # not a partition's: all of them
+    c._source.event(Record("s", -1, -1, KafkaError._TRANSPORT), states)  # not a partition's: all of them
     assert report(c) == {"s|0": -1}
 
-    c._on_consume_error(Record("s", 0, 10, KafkaError._PARTITION_EOF), states)
+    c._source.event(Record("s", 0, 10, KafkaError._PARTITION_EOF), states)
     link.up = False
     assert report(c) == {}  # not delivered: sent again once the line is back
     link.up = True
@@ -70,6 +70,6 @@ def test_a_source_error_or_a_failed_attempt_withdraws_what_was_settled():
 def test_settled_partitions_are_looked_at_every_few_seconds_not_on_every_report():
     c, states, link = setup()
     c._report.send(force=True)
-    c._on_consume_error(Record("s", 0, 10, KafkaError._PARTITION_EOF), states)
+    c._source.event(Record("s", 0, 10, KafkaError._PARTITION_EOF), states)
     c._report.send()  # just looked: not yet
     assert link.sent == []

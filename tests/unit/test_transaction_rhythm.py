@@ -219,10 +219,10 @@ def copier_at(highs: dict[int, int], nexts: dict[int, int]):
 
 def test_the_copier_counts_the_records_past_its_positions_from_cached_watermarks():
     c = copier_at({0: 30_000, 1: 12_000}, {0: 10_000, 1: 12_000})
-    assert c._waiting(INF) == 20_000
+    assert c._source.waiting(INF) == 20_000
 
 
 def test_the_copier_stops_counting_once_it_has_enough():
     c = copier_at({p: 100_000 for p in range(8)}, {p: 0 for p in range(8)})
-    assert c._waiting(10_000) >= 10_000
-    assert c.consumer.asked == 1
+    assert c._source.waiting(10_000) >= 10_000
+    assert c._source.consumer.asked == 1
