@@ -168,7 +168,8 @@ def copy_shard(cfg: ReplicatorConfig, plan: ShardPlan, stats_addr: str) -> None:
     """Executors: one shard's exactly-once copy for one batch."""
     from pyspark import TaskContext
 
-    from replicator.engine.shard_copy import CopyRange, fault_for_attempt
+    from replicator.engine.faults import fault_for_attempt
+    from replicator.engine.shard_copy import CopyRange
     from replicator.engine.task_control import DriverLink
 
     logs.configure(cfg.log_format, cfg.log_level)  # an executor's Python worker: the job's log format too

@@ -172,7 +172,7 @@ def _owner(msg: dict) -> tuple[int, int]:
 
 
 class DriverLink:
-    """Task side (implements `shard_copy.DriverLink`)."""
+    """Task side (implements `task_report.DriverLink`)."""
 
     def __init__(self, address: str, batch: int, shard: int) -> None:
         self.address, self.batch, self.shard = address, batch, shard

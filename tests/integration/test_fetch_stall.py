@@ -1,4 +1,4 @@
-"""A shard task whose source consumer stops fetching replaces it and copies on (engine.fetch_watch),
+"""A shard task whose source consumer stops fetching replaces it and copies on (clients.fetch_watch),
 on real brokers. The stall is librdkafka #5153's (no error, no record, partitions filling up
 behind), made on purpose by pausing the consumer's partitions behind the copy loop's back."""
 
@@ -12,8 +12,7 @@ import time
 from confluent_kafka import Producer
 
 from replicator import config
-from replicator.clients import kafka_clients
-from replicator.engine import fetch_watch
+from replicator.clients import fetch_watch, kafka_clients
 from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.topics import sync as topic_sync

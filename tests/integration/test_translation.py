@@ -10,7 +10,8 @@ from confluent_kafka.admin import AdminClient, OffsetSpec
 
 from replicator import config
 from replicator.clients import kafka_clients
-from replicator.engine.shard_copy import CopyRange, InjectedFault, ShardCopier
+from replicator.engine.faults import InjectedFault
+from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index import index_partition
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.names import index_topic

@@ -11,7 +11,7 @@ from confluent_kafka.admin import AdminClient, AlterConfigOpType, ConfigEntry, C
 
 from replicator import config
 from replicator.clients import kafka_clients
-from replicator.engine import shard_copy
+from replicator.engine import source_reader
 from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index_topic import ensure_index_topic
 from replicator.groups.translate import Translator, read_records
@@ -100,7 +100,7 @@ def test_translation_is_exact_at_every_kind_of_position(sandbox, unique, monkeyp
     ensure_index_topic(cfg, target, [m.target for m in mappings])
     ends = {t: end_offsets(src_bs, t, 1)[0] for t in topics}
     # Transactions of at most a handful of records: well over 1,000 index entries for the first topic.
-    monkeypatch.setattr(shard_copy, "_CONSUME_BATCH", 2)
+    monkeypatch.setattr(source_reader, "_CONSUME_BATCH", 2)
     stats = ShardCopier(cfg, 0).copy([CopyRange(t, t, 0, 0, ends[t]) for t in topics])
     assert stats.transactions > 1_000
     # Produced after the copy: groups that read these are ahead of the replica.

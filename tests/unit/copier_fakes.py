@@ -1,16 +1,17 @@
-"""Stand-ins for what a ShardCopier talks to, and a copier built without clients: the unit tests of the
-copy loop's pure parts (delivery reports and offset pairs, rewinds, settled partitions, stale resume
-points, commits in doubt, the transaction rhythm) share one picture of its state, which
-`test_copier_fakes` keeps equal to what `ShardCopier.__init__` sets."""
+"""Stand-ins for the clients a ShardCopier talks to (they implement `client_cache.ShardClients` and
+what the copy loop calls on a consumer and a producer), and a real copier built on them: the unit
+tests of the copy loop's pure parts (delivery reports and offset pairs, rewinds, settled partitions,
+stale resume points, commits in doubt) run the copier's own code without a broker."""
 
 from __future__ import annotations
 
-from types import SimpleNamespace
 from typing import Any
 
 from confluent_kafka import KafkaError
 
-from replicator.engine.shard_copy import CopyRange, CopyStats, ShardCopier, _PartitionState
+from replicator.config import ReplicatorConfig
+from replicator.engine.partition_copy import CopyRange, PartitionCopy
+from replicator.engine.shard_copy import ShardCopier
 from replicator.offsets import CommitMetadata
 
 
@@ -66,9 +67,10 @@ class Target:
         self.logs: dict[tuple[str, int], list[int]] = {}  # target partition -> source offsets written
         self.pending: list = []
         self.reports = 0
+        self.begun = 0
 
     def begin_transaction(self) -> None:
-        pass
+        self.begun += 1
 
     # confluent-kafka's own positional order, which the copy loop relies on
     def produce(self, topic, value, key, partition, callback=None, on_delivery=None, timestamp=0,
@@ -101,6 +103,37 @@ class Reader:
         self.closed = True
 
 
+class Clients:
+    """`client_cache.ShardClients` without clusters: `consumer` and `group` as given; a new group
+    reader is `fresh_group` (default: another Reader with the same answer)."""
+
+    def __init__(self, consumer: Any = None, group: Any = None, fresh_group: Any = None) -> None:
+        self.consumer = consumer if consumer is not None else SourceConsumer()
+        self.group, self.fresh_group = group, fresh_group
+
+    def source_consumer(self) -> Any:
+        return self.consumer
+
+    def new_source_consumer(self) -> Any:
+        return self.consumer
+
+    def group_reader(self) -> Any:
+        return self.group
+
+    def new_group_reader(self) -> Any:
+        self.group = self.fresh_group if self.fresh_group is not None else Reader(self.group.answer)
+        return self.group
+
+    def source_cluster(self) -> str:
+        return "c"
+
+    def target_cluster(self) -> str:
+        return "c"
+
+    def index_partitions(self) -> int:
+        return 1
+
+
 class Link:
     """The driver's end of a task's link: what it was told is settled; `up` False drops reports."""
 
@@ -115,32 +148,18 @@ class Link:
 
 
 def partition_state(topic: str, partition: int, next_offset: int, end: int | None = None,
-                    target_topic: str | None = None, promised: bool = True, **fields: Any) -> _PartitionState:
+                    target_topic: str | None = None, promised: bool = True, **fields: Any) -> PartitionCopy:
     """A partition of the running attempt at `next_offset`, copied to the same partition number of
     `target_topic` (default: the same name) up to `end` (None: whatever arrives)."""
     r = CopyRange(topic, target_topic or topic, partition, -1, end)
-    return _PartitionState(r, next_offset, promised, CommitMetadata("c", topic, 1, 0), **fields)
+    return PartitionCopy(r, next_offset, promised, CommitMetadata("c", topic, 1, 0), **fields)
 
 
-def bare_copier(cfg: Any = None, **state: Any) -> ShardCopier:
-    """A ShardCopier in the state `__init__` leaves it in, without clients; `state` replaces
-    attributes by name (`_floors=...`)."""
-    c = object.__new__(ShardCopier)
-    attrs: dict[str, Any] = {
-        "cfg": cfg if cfg is not None else SimpleNamespace(exactly_once=True),
-        "shard": 0, "txn_id": "job-0", "fault": None, "_key": "k", "source_cluster": "c",
-        "consumer": SourceConsumer(), "group": None, "provenance": None, "index_partitions": 0,
-        "stats": CopyStats(), "_bounded": None, "_fetches": None, "_link": None, "_reported": 0.0,
-        "_txn_started": None, "_txn_records": 0, "_txn_begun": False, "_committed": False,
-        "_commit_cost": 0.0, "_rate": 0.0, "_record_cost": 0.0, "_txn_busy": 0.0, "_work_began": 0.0,
-        "_cycle_began": None, "_consume_error_logged": -100.0, "_paused": [], "_floors": {},
-        "_in_doubt": None, "_states": {}, "_sent_settled": {}, "_settled_checked": 0.0,
-        "_settled_resent": 0.0, "_behind_until": 0.0, "_catching_up": False, "_waited": False,
-    }
-    unknown = state.keys() - attrs.keys()
-    if unknown:
-        raise AttributeError(f"ShardCopier has no {sorted(unknown)}")
-    attrs.update(state)
-    for name, value in attrs.items():
-        setattr(c, name, value)
+def copier(cfg: ReplicatorConfig | None = None, target: Any = None, clients: Clients | None = None,
+           fault: str | None = None) -> ShardCopier:
+    """A real ShardCopier on stand-in clients, in an attempt producing to `target` (if given)."""
+    c = ShardCopier(cfg if cfg is not None else ReplicatorConfig(translation_index=False), 0, fault,
+                    clients if clients is not None else Clients())
+    if target is not None:
+        c._producer.start(target)
     return c

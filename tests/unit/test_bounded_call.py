@@ -8,9 +8,9 @@ import time
 import pytest
 from confluent_kafka import KafkaError, KafkaException
 
+from replicator.clients import bounded_call
+from replicator.clients.bounded_call import BoundedCaller
 from replicator.clients.client_errors import Outcome, classify, transient
-from replicator.engine import bounded_call
-from replicator.engine.bounded_call import BoundedCaller
 
 
 @pytest.fixture(autouse=True)

@@ -5,14 +5,15 @@ before it is refused instead of copying its records a second time (RELIABILITY.m
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
 
-from replicator.engine import commit_outcome, shard_copy
-from replicator.engine.shard_copy import CopyRange, ShardCopier, _InDoubt, _PartitionState
+from replicator.config import ReplicatorConfig
+from replicator.engine import commit_outcome, shard_copy, shard_producer
+from replicator.engine.partition_copy import CopyRange, PartitionCopy
+from replicator.engine.shard_copy import ShardCopier
+from replicator.engine.shard_producer import InDoubt, TransactionalProducer
 from replicator.offsets import CommitMetadata, Committed
-from tests.unit.copier_fakes import Reader, bare_copier
+from tests.unit.copier_fakes import Clients, Reader, copier
 
 
 def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
@@ -23,53 +24,89 @@ def test_a_read_from_the_probe_offset_tells_commit_abort_or_open():
     assert commit_outcome.outcome(100, seen=None, end=None) is None  # nothing heard: ask again
 
 
-def copier(monkeypatch, group_answer: int, fresh_answer: int, outcomes: list) -> ShardCopier:
+def in_doubt(monkeypatch, group_answer: int, fresh_answer: int, outcomes: list, **cfg) -> ShardCopier:
     """A shard whose last transaction copied source offsets 40..49 of s[0] (target 200..209) and whose
     commit call failed; the group first answers `group_answer`, a new reader `fresh_answer`."""
-    cfg = SimpleNamespace(group="g", name="job", shard_count=1, offsets_refresh_interval_seconds=86_400,
-                          transaction_timeout_ms=60_000)
-    r = CopyRange("s", "t", 0, -1)
-    st = _PartitionState(r, 50, True, CommitMetadata("src", "s", 1, 0, job="job"), dirty=True, records=10,
-                         bytes=1_000, txn_begin=40, first_pair=(40, 200), pair=(49, 209))
-    c = bare_copier(cfg, _floors={("s", 0): 40}, group=Reader(group_answer), source_cluster="src",
-                    _in_doubt=_InDoubt([st], 0.0))
+    st = PartitionCopy(CopyRange("s", "t", 0, -1), 50, True, CommitMetadata("src", "s", 1, 0, job="job"),
+                       dirty=True, records=10, bytes=1_000, txn_begin=40, first_pair=(40, 200), pair=(49, 209))
+    c = copier(ReplicatorConfig(name="job", translation_index=False, **cfg),
+               clients=Clients(group=Reader(group_answer), fresh_group=Reader(fresh_answer)))
+    c._partitions.floors = {("s", 0): 40}
+    c._producer.in_doubt = InDoubt([st], 0.0)
     answers = iter(outcomes)
     asked = []
     monkeypatch.setattr(commit_outcome, "committed",
                         lambda cfg, topic, partition, offset: asked.append((topic, partition, offset)) or next(answers))
     monkeypatch.setattr(shard_copy, "read_committed",
                         lambda reader, tps: {tp: Committed(reader.answer, None) for tp in tps})
-    monkeypatch.setattr(shard_copy.kafka_clients, "group_reader", lambda cfg: Reader(fresh_answer))
     monkeypatch.setattr(shard_copy.time, "sleep", lambda s: None)
     c.asked = asked
     return c
 
 
 def test_a_commit_that_landed_is_kept_though_the_group_answers_from_before_it(monkeypatch):
-    c = copier(monkeypatch, group_answer=40, fresh_answer=50, outcomes=[True])
+    c = in_doubt(monkeypatch, group_answer=40, fresh_answer=50, outcomes=[True])
     states = c._resume_points([CopyRange("s", "t", 0, -1)])
     assert states[("s", 0)].next == 50  # not 40: records 40..49 are on the target already
     assert c.asked == [("t", 0, 200)]
-    assert c._in_doubt is None and c._floors[("s", 0)] == 50
+    assert c._producer.in_doubt is None and c._partitions.floors[("s", 0)] == 50
     assert c.stats.records == 10 and c.stats.transactions == 1 and c.stats.partitions["s|0"][:3] == [10, 1_000, 50]
 
 
 def test_a_commit_that_aborted_is_copied_again(monkeypatch):
-    c = copier(monkeypatch, group_answer=40, fresh_answer=40, outcomes=[False])
+    c = in_doubt(monkeypatch, group_answer=40, fresh_answer=40, outcomes=[False])
     states = c._resume_points([CopyRange("s", "t", 0, -1)])
     assert states[("s", 0)].next == 40
-    assert c._in_doubt is None and c._floors[("s", 0)] == 40 and c.stats.records == 0
+    assert c._producer.in_doubt is None and c._partitions.floors[("s", 0)] == 40 and c.stats.records == 0
 
 
 def test_an_open_transaction_is_asked_about_again_until_decided(monkeypatch):
-    c = copier(monkeypatch, group_answer=50, fresh_answer=50, outcomes=[None, None, True])
+    c = in_doubt(monkeypatch, group_answer=50, fresh_answer=50, outcomes=[None, None, True])
     assert c._resume_points([CopyRange("s", "t", 0, -1)])[("s", 0)].next == 50
     assert len(c.asked) == 3 and c.stats.records == 10
 
 
 def test_a_transaction_never_decided_fails_the_task_rather_than_guess(monkeypatch):
-    c = copier(monkeypatch, group_answer=40, fresh_answer=40, outcomes=[None] * 1_000)
-    c.cfg.transaction_timeout_ms = 1
-    monkeypatch.setattr(shard_copy, "_IN_DOUBT_GRACE_S", 0.0)
+    c = in_doubt(monkeypatch, group_answer=40, fresh_answer=40, outcomes=[None] * 1_000, transaction_timeout_ms=1)
+    monkeypatch.setattr(shard_producer, "_IN_DOUBT_GRACE_S", 0.0)
     with pytest.raises(RuntimeError, match=r"cannot tell whether the transaction that wrote t\[0\]@200 committed"):
         c._resume_points([CopyRange("s", "t", 0, -1)])
+
+
+class _Client:
+    """A transactional client whose commit call fails as `commit_fails` says."""
+
+    def __init__(self, commit_fails: bool) -> None:
+        self.commit_fails, self.calls = commit_fails, []
+
+    def begin_transaction(self) -> None:
+        self.calls.append("begin")
+
+    def send_offsets_to_transaction(self, offsets, group, timeout) -> None:
+        self.calls.append("offsets")
+
+    def commit_transaction(self, timeout) -> None:
+        self.calls.append("commit")
+        if self.commit_fails:
+            raise RuntimeError("the coordinator moved")
+
+
+class _Group:
+    def consumer_group_metadata(self) -> str:
+        return "g"
+
+
+@pytest.mark.parametrize("fails", [False, True])
+def test_a_commit_is_in_doubt_exactly_while_its_call_may_have_committed(fails):
+    p = TransactionalProducer(ReplicatorConfig(), 0, "job-shard-0")
+    client = _Client(fails)
+    p.start(client)
+    st = PartitionCopy(CopyRange("s", "t", 0, -1), 50, True, CommitMetadata("c", "s", 1, 0), first_pair=(40, 200))
+    if fails:
+        with pytest.raises(RuntimeError):
+            p.commit(["offsets"], _Group(), [st], 1.0)
+        assert p.in_doubt is not None and p.in_doubt.states == [st]
+    else:
+        p.commit(["offsets"], _Group(), [st], 1.0)
+        assert p.in_doubt is None
+    assert client.calls == ["begin", "offsets", "commit"]  # begun by the offsets when no record did

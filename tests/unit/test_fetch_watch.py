@@ -1,8 +1,8 @@
-"""When the copy loop asks the source whether its consumer stopped fetching (engine.fetch_watch)."""
+"""When the copy loop asks the source whether its consumer stopped fetching (clients.fetch_watch)."""
 
 from __future__ import annotations
 
-from replicator.engine.fetch_watch import BLOCKED_S, FetchWatch, stalled
+from replicator.clients.fetch_watch import BLOCKED_S, FetchWatch, stalled
 
 A, B = ("t", 0), ("t", 1)
 

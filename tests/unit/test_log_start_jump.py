@@ -3,12 +3,15 @@ begins (no index gap, so a translation below it is refused, not guessed) versus 
 
 from __future__ import annotations
 
-from types import SimpleNamespace
-
 import pytest
+from confluent_kafka import KafkaError
 
-from replicator.engine.shard_copy import CopyRange, CopyStats, DataLossError, ShardCopier, _PartitionState
+from replicator.config import ReplicatorConfig
+from replicator.engine.partition_copy import CopyRange, PartitionCopy
+from replicator.engine.shard_copy import ShardCopier
+from replicator.engine.source_reader import DataLossError
 from replicator.offsets import CommitMetadata
+from tests.unit.copier_fakes import Clients, Record, copier
 
 
 class Consumer:  # what the rule reads and does on the consumer
@@ -25,23 +28,22 @@ class Consumer:  # what the rule reads and does on the consumer
         self.assigned += [(tp.topic, tp.partition, tp.offset) for tp in tps]
 
 
-def out_of_range(st: _PartitionState, low: int, on_data_loss: str = "fail") -> SimpleNamespace:
-    copier = SimpleNamespace(consumer=Consumer(low), cfg=SimpleNamespace(on_data_loss=on_data_loss),
-                             stats=CopyStats(), _changed=lambda s: None, _finish=lambda s: None)
-    ShardCopier._on_out_of_range(copier, st)
-    return copier
+def out_of_range(st: PartitionCopy, low: int, on_data_loss: str = "fail") -> ShardCopier:
+    c = copier(ReplicatorConfig(translation_index=False, on_data_loss=on_data_loss), clients=Clients(Consumer(low)))
+    c._source.event(Record("a", 0, st.next, KafkaError.OFFSET_OUT_OF_RANGE), {("a", 0): st})
+    return c
 
 
-def state(next_offset: int, promised: bool) -> _PartitionState:
-    return _PartitionState(CopyRange("a", "a", 0, 0, 10_000), next_offset, promised, CommitMetadata("c", "a", 1, 0),
-                           txn_begin=next_offset)
+def state(next_offset: int, promised: bool) -> PartitionCopy:
+    return PartitionCopy(CopyRange("a", "a", 0, 0, 10_000), next_offset, promised, CommitMetadata("c", "a", 1, 0),
+                         txn_begin=next_offset)
 
 
 def test_a_fresh_partition_starting_below_the_log_start_begins_there_without_a_gap():
     st = state(0, promised=False)
     copier = out_of_range(st, low=300)
     assert (st.next, st.txn_begin, st.gaps) == (300, 300, [])
-    assert copier.consumer.assigned == [("a", 0, 300)] and copier.stats.data_loss_events == 0
+    assert copier._source.consumer.assigned == [("a", 0, 300)] and copier.stats.data_loss_events == 0
 
 
 def test_records_deleted_under_a_committed_position_are_data_loss():

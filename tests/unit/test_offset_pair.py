@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from confluent_kafka import KafkaError
 
-from tests.unit.copier_fakes import Record, Target, bare_copier, partition_state, records
+from tests.unit.copier_fakes import Record, Target, copier, partition_state, records
 
 
 def states(**ends: int | None) -> dict:
@@ -18,9 +18,10 @@ def states(**ends: int | None) -> dict:
 
 
 def copy(*batches: list[Record], **ends: int | None) -> tuple[dict, Target]:
-    c, target, sts = bare_copier(), Target(), states(**ends)
+    target, sts = Target(), states(**ends)
+    c = copier(target=target)
     for batch in batches:
-        c._produce_batch(target, batch, sts)
+        c._produce_batch(batch, sts)
     return sts, target
 
 
@@ -85,7 +86,7 @@ class FullTarget(Target):
 
 
 def test_a_full_local_queue_delays_a_record_never_drops_or_repeats_it():
-    c, target, sts = bare_copier(), FullTarget(3), states(a_0=None)
-    c._produce_batch(target, records("a", 0, range(5)), sts)
+    target, sts = FullTarget(3), states(a_0=None)
+    copier(target=target)._produce_batch(records("a", 0, range(5)), sts)
     assert target.refused == 3 and target.logs[("t-a", 0)] == [0, 1, 2, 3, 4]
     assert sts[("a", 0)].pair == (4, 4) and sts[("a", 0)].first_pair == (0, 0)
