@@ -157,8 +157,12 @@ def crash_traces() -> None:
 @click.option("--metrics-port", type=str, help="Port of /metrics, /healthz and /readyz (default 9400; 0: any free).")
 @click.option("--metrics-host", help="Address the metrics port binds to (default 0.0.0.0).")
 @click.option("--log-format", help="text or json.")
+@click.option("--shutdown-timeout-seconds", type=str,
+              help="A stop ends within this, whatever cluster is down (default 60; exit 1 if it could not "
+                   "commit or fence what was open).")
 def run(config_file: str | None, **flags) -> None:
-    """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure, 2 invalid configuration.
+    """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure or a stop that left something
+    open, 2 invalid configuration.
 
     Every option is also settable in the --config file and as REPLICATOR_<OPTION> (flags win)."""
     # First thing: a SIGTERM that arrives while Spark is still loading is a clean stop too, not a

@@ -117,6 +117,9 @@ class ReplicatorConfig:
     metrics_port: int = 9400
     metrics_host: str = "0.0.0.0"
     readiness_window_seconds: float = 60.0
+    # A stop (SIGTERM) ends within this, whatever cluster is down: inside Kubernetes' 90 s
+    # terminationGracePeriodSeconds with room for the process's exit (engine/stop_budget.py).
+    shutdown_timeout_seconds: float = 60.0
     log_format: str = "text"
     log_level: str = "INFO"
     source: Mapping[str, str] = field(default_factory=dict)
@@ -352,6 +355,14 @@ def _spark_conf(key: str, value: Any) -> dict[str, str]:
     return {str(k): str(v) for k, v in value.items()}
 
 
+def _shutdown_timeout(key: str, value: Any) -> float:
+    seconds = _positive_float(key, value)
+    if not 10 <= seconds <= 3600:
+        raise ConfigError(key, f"expected seconds between 10 and 3600 (each step of the stop gets a share: fencing "
+                               f"alone needs a few seconds), got {seconds:g}")
+    return seconds
+
+
 def _class_cache(key: str, value: Any) -> str:
     text = str(value).strip()
     if text != "off" and not (text.startswith("/") or text.startswith("~")):
@@ -396,6 +407,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
     "metrics_host": _host,
     "readiness_window_seconds": _positive_float,
+    "shutdown_timeout_seconds": _shutdown_timeout,
     "log_format": _choice("text", "json"),
     "log_level": _choice("DEBUG", "INFO", "WARNING", "ERROR"),
     "source": _client_props("source"),
