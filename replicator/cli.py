@@ -160,6 +160,9 @@ def crash_traces() -> None:
 @click.option("--shutdown-timeout-seconds", type=str,
               help="A stop ends within this, whatever cluster is down (default 60; exit 1 if it could not "
                    "commit or fence what was open).")
+@click.option("--accept-target-cluster-id",
+              help="Accept this new target cluster once in place of the one the job copied into (a rebuilt "
+                   "target, a failback); the job's refusal prints the id.")
 def run(config_file: str | None, **flags) -> None:
     """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure or a stop that left something
     open, 2 invalid configuration.

@@ -120,6 +120,9 @@ class ReplicatorConfig:
     # A stop (SIGTERM) ends within this, whatever cluster is down: inside Kubernetes' 90 s
     # terminationGracePeriodSeconds with room for the process's exit (engine/stop_budget.py).
     shutdown_timeout_seconds: float = 60.0
+    # The id of a new target cluster to accept once in place of the pinned one (a rebuilt target, a
+    # failback: engine/cluster_identity.py). Left set, it never accepts any other cluster.
+    accept_target_cluster_id: str = ""
     log_format: str = "text"
     log_level: str = "INFO"
     source: Mapping[str, str] = field(default_factory=dict)
@@ -363,6 +366,14 @@ def _shutdown_timeout(key: str, value: Any) -> float:
     return seconds
 
 
+def _cluster_id(key: str, value: Any) -> str:
+    text = str(value).strip()
+    if text and not re.match(r"^[A-Za-z0-9_\-]{1,64}$", text):
+        raise ConfigError(key, f"expected a Kafka cluster id (letters, digits, '_' and '-', as the job's refusal "
+                               f"prints it), got {text!r}")
+    return text
+
+
 def _class_cache(key: str, value: Any) -> str:
     text = str(value).strip()
     if text != "off" and not (text.startswith("/") or text.startswith("~")):
@@ -408,6 +419,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "metrics_host": _host,
     "readiness_window_seconds": _positive_float,
     "shutdown_timeout_seconds": _shutdown_timeout,
+    "accept_target_cluster_id": _cluster_id,
     "log_format": _choice("text", "json"),
     "log_level": _choice("DEBUG", "INFO", "WARNING", "ERROR"),
     "source": _client_props("source"),

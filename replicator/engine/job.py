@@ -21,7 +21,7 @@ from replicator.access import permissions
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import transient
 from replicator.config import ReplicatorConfig
-from replicator.engine import heap, transactional_ids
+from replicator.engine import cluster_identity, heap, transactional_ids
 from replicator.engine import spark_session as session
 from replicator.engine.spark_session import spark_session
 from replicator.engine.stop_budget import FENCING, QUERY_STOP, SPARK_STOP, TASKS_END, StopBudget, StopOutcome
@@ -81,12 +81,15 @@ class JobObserver(Protocol):
 
 
 def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = None,
-              on_lags: Callable[[list[PartitionLag]], None] | None = None
+              on_lags: Callable[[list[PartitionLag]], None] | None = None,
+              on_clusters: Callable[[cluster_identity.Clusters, bool], None] | None = None,
               ) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
     """Everything that must hold before the first record moves. Returns the config with the optional
     features switched off that the principals' ACLs do not allow, and the topic mappings.
     `on_reachable` is called once both clusters answered (the job starts Spark then); `on_lags` gets
-    the lag lookup made after fencing (the fake group's offsets as this client's coordinator said)."""
+    the lag lookup made after fencing (the fake group's offsets as this client's coordinator said);
+    `on_clusters` the clusters found behind the addresses, checked, and whether the target was pinned
+    on the source (cluster_identity)."""
     from replicator.clients import tls_files
 
     for role in ("source", "target"):
@@ -105,16 +108,28 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
     except KafkaException as e:
         raise RuntimeFailure(f"cannot connect to the target cluster at {cfg.target_bootstrap_servers}: "
                              f"{e.args[0].str()}") from None
+    ids = {}
     for role, admin, servers, errors in (("source", source, cfg.source_bootstrap_servers, source_errors),
                                          ("target", target, cfg.target_bootstrap_servers, target_errors)):
         try:
-            admin.list_topics(timeout=20)
+            ids[role] = admin.list_topics(timeout=20).cluster_id or ""
         except KafkaException as e:
             admin.poll(0)  # serves the error callback
             cause = f" ({errors[-1]})" if errors else ""
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
     if on_reachable is not None:
         on_reachable()
+    clusters = cluster_identity.Clusters(ids["source"], ids["target"])
+    log.info("source: cluster %s at %s; target: cluster %s at %s", clusters.source, cfg.source_bootstrap_servers,
+             clusters.target, cfg.target_bootstrap_servers,
+             extra={"event": "clusters", "source_cluster": clusters.source, "target_cluster": clusters.target})
+    try:  # before anything is written to either cluster
+        cluster_identity.check_at_start(cfg, clusters, sorted(topic_sync.discover(cfg, source)))
+    except cluster_identity.ClusterChanged as e:
+        raise RuntimeFailure(str(e)) from None
+    except KafkaException as e:
+        raise RuntimeFailure(f"reading which clusters job {cfg.name!r} replicated between failed: "
+                             f"{e.args[0].str()}") from None
     if promotion.promoted(target, cfg.name):
         raise RuntimeFailure(
             f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
@@ -172,7 +187,19 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
                 f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
                 f"the group was written by another job or the source topic was recreated. Use another "
                 f"--name/--offsets-group, or delete the group to start over.")
+    pinned = _pin(cfg, clusters, mappings)
+    if on_clusters is not None:
+        on_clusters(clusters, pinned)
     return cfg, mappings
+
+
+def _pin(cfg: ReplicatorConfig, clusters: cluster_identity.Clusters, mappings: list[topic_sync.TopicMapping]) -> bool:
+    try:
+        return cluster_identity.pin(cfg, clusters, [m.source for m in mappings])
+    except KafkaException as e:  # the next start or refresh pins it; copying does not depend on it
+        log.warning("could not pin the target cluster on the source: %s", e.args[0].str(),
+                    extra={"event": "cluster_pin_failed"})
+        return False
 
 
 def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
@@ -261,6 +288,9 @@ class Replicator:
         self.stats = ControlServer(self._on_batch, "127.0.0.1" if cfg.spark_master.startswith("local") else "0.0.0.0")
         self.mappings: list[topic_sync.TopicMapping] = []
         self._target_checked: tuple[dict[str, int], float] = ({}, -TARGET_RECHECK_S)  # selection, when
+        self.clusters: cluster_identity.Clusters | None = None  # found and checked at start
+        self._pinned_at: float | None = None  # when the target was last pinned on the source (or refused)
+        self.cluster_changed: cluster_identity.ClusterChanged | None = None  # seen while running: exit 1
         self.spark = None
         self.query = None
 
@@ -295,7 +325,8 @@ class Replicator:
             # (shard_copy._read_resume_points) is caught unless both lookups land on that broker.
             self.cfg, self.mappings = preflight(
                 self.cfg, lambda: starting.run(spark_session, self.cfg, self.scratch),
-                lambda lags: self.stats.seed_floors({f"{x.source_topic}|{x.partition}": x.committed for x in lags}))
+                lambda lags: self.stats.seed_floors({f"{x.source_topic}|{x.partition}": x.committed for x in lags}),
+                self._on_clusters)
         except BaseException:
             _stop_spark(starting.result(quiet=True))
             self.stats.close()
@@ -364,6 +395,10 @@ class Replicator:
                 .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
                 .queryName(self.cfg.name).start())
 
+    def _on_clusters(self, clusters: cluster_identity.Clusters, pinned: bool) -> None:
+        self.clusters = clusters
+        self._pinned_at = time.monotonic() if pinned else None
+
     def _before_restart(self, spark, backoff: float) -> None:
         """No task of the failed query may still copy when the next one starts; what one left open
         is aborted now (the next query's tasks would fence it too, at their first transaction)."""
@@ -396,15 +431,21 @@ class Replicator:
                 break  # reported below from query.exception(), as a one-line cause
             if time.monotonic() >= next_discovery:
                 asked = time.monotonic()
-                if self._promoted(target):
+                known = self._clusters_known(source, target)
+                if self.cluster_changed is not None:
+                    self._stop_query()
+                    break
+                if known and self._promoted(target):
                     self._stop_query()
                     break
                 try:
-                    self._discover(source, target)
-                    next_config_sync = self._sync_configs(source, target, next_config_sync)
+                    if known:  # nothing is created on a cluster whose identity is not known
+                        self._discover(source, target)
+                        next_config_sync = self._sync_configs(source, target, next_config_sync)
                 except KafkaException as e:
                     log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
                                 self.cfg.refresh_topics_interval_seconds)
+                self._refresh_pin()
                 _warn_if_slow("topic discovery", asked)
                 next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
             if time.monotonic() >= next_progress:
@@ -435,6 +476,12 @@ class Replicator:
         if lag_reader is not None:
             lag_reader.close()
         error = self.query.exception()
+        if error is not None and not self.stop_requested.is_set():
+            # Copying from a rebuilt source fails as data loss (offsets beyond its ends) before the
+            # next check: the other cluster is the cause to report.
+            self._clusters_known(source, target)
+        if self.cluster_changed is not None:
+            raise RuntimeFailure(str(self.cluster_changed))
         if error is not None and not self.stop_requested.is_set():
             cause = _root_cause(error)
             if any(marker in cause for marker in TRANSIENT_QUERY_FAILURES):
@@ -468,6 +515,29 @@ class Replicator:
         except KafkaException as e:  # drift is retried at the next sync; records keep flowing
             log.warning("topic config sync failed: %s", e.args[0].str())
         return time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
+
+    def _clusters_known(self, source, target) -> bool:
+        """Whether both clusters answered as the ones pinned at start. Another cluster behind either
+        address sets `cluster_changed` and requests the stop (exit 1, one line)."""
+        if self.clusters is None:
+            return True
+        try:
+            cluster_identity.check_running(self.cfg, self.clusters, source, target,
+                                           promotion.marker_topic(self.cfg.name))
+        except KafkaException:  # not answering is not another cluster: the copy and lag lines say it
+            return False
+        except cluster_identity.ClusterChanged as e:
+            self.cluster_changed = e
+            self.request_stop()
+            return False
+        return True
+
+    def _refresh_pin(self) -> None:
+        """Pins the target on the source once a topic is replicated, and again before the source's
+        offsets retention could expire the pin (the offsets refresh's interval, a day by default)."""
+        due = self._pinned_at is None or time.monotonic() - self._pinned_at >= self.cfg.offsets_refresh_interval_seconds
+        if self.clusters is not None and self.mappings and due and _pin(self.cfg, self.clusters, self.mappings):
+            self._pinned_at = time.monotonic()
 
     def _promoted(self, target) -> bool:
         try:
@@ -538,15 +608,17 @@ class Replicator:
                 log.warning("spark stop: %s", e)
         if not observers.done(budget.left(SPARK_STOP)):
             log.warning("the observers (group sync) did not stop within their share of shutdown_timeout_seconds")
-        # Whatever an interrupted task left open is aborted now, not at the transaction timeout.
-        try:
-            # Each id's producer first waits up to PRODUCER_WARMUP_S for the target's metadata
-            # (kafka_clients.target_producer), and only then init_transactions() starts its own clock.
-            given = max(1.0, budget.left(FENCING) - PRODUCER_WARMUP_S)
-            self.stop_outcome.fenced = fence_current_layout(self.cfg, given)
-        except transactional_ids.FenceError as e:
-            self.stop_outcome.fenced = self.cfg.shard_count
-            self.stop_outcome.unfenced = [(txn_id, _describe(cause)) for txn_id, cause in e.failures]
+        # Whatever an interrupted task left open is aborted now, not at the transaction timeout; on a
+        # target that was replaced there is nothing of the job's to abort (and nothing may be written).
+        if self.cluster_changed is None or self.cluster_changed.role != "target":
+            try:
+                # Each id's producer first waits up to PRODUCER_WARMUP_S for the target's metadata
+                # (kafka_clients.target_producer), and only then init_transactions() starts its own clock.
+                given = max(1.0, budget.left(FENCING) - PRODUCER_WARMUP_S)
+                self.stop_outcome.fenced = fence_current_layout(self.cfg, given)
+            except transactional_ids.FenceError as e:
+                self.stop_outcome.fenced = self.cfg.shard_count
+                self.stop_outcome.unfenced = [(txn_id, _describe(cause)) for txn_id, cause in e.failures]
         self.stats.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
