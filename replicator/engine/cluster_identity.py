@@ -15,7 +15,14 @@ The job keeps no state of its own, so the ids are recorded where the clusters ke
   from a target that was replaced; the pin survives the target, so it can. It is re-committed at
   every start and at every offsets refresh while running (an empty group's offsets expire after the
   source's offsets.retention.minutes, 7 days by default). It needs Read on that group on the source;
-  without it the job warns once and runs without that protection.
+  without it the job warns (at start, then once per refresh) and runs without that protection.
+
+Why a pin on the source: the replaced target is empty, so nothing on it (provenance headers, topics)
+can say it is new; a setting naming the expected target protects only whoever sets it, and has to be
+edited at every deliberate move. The pin costs one group offset and one ACL on the source, and is
+written only after every start-up check passed. What it cannot catch: a target replaced while the job
+was stopped for longer than the source's offset retention (the pin has expired; the group on the
+target then reads as a first start, as before).
 
 A different cluster found at start refuses before anything is written (exit 1); found while running,
 it stops the job (exit 1). A deliberate move to another target (a rebuilt cluster, a failback)
@@ -107,6 +114,10 @@ def _group_entries(cfg: ReplicatorConfig) -> list:
                                     "enable.auto.commit": False, "isolation.level": "read_uncommitted"}))
     try:
         return [c for c in read_group(reader, timeout=_TIMEOUT_S).values() if c.metadata]
+    except KafkaException as e:
+        if permissions.is_authorization_error(kafka_error(e)):
+            return []  # the pre-flight's permission check names the missing ACL
+        raise
     finally:
         reader.close()
 
@@ -190,21 +201,18 @@ def pin(cfg: ReplicatorConfig, clusters: Clusters, source_topics: list[str]) -> 
     if not source_topics:
         return False  # nothing is copied yet either: pinned once a topic is
     client = _pin_client(cfg)
+    record = Pin(clusters.target, clusters.source, int(time.time())).encode()
+    tp = TopicPartition(sorted(source_topics)[0], 0, 0, record)
     try:
-        tp = TopicPartition(sorted(source_topics)[0], 0, 0, Pin(clusters.target, clusters.source,
-                                                                int(time.time())).encode())
-        try:
-            result = _retrying(lambda: client.commit(offsets=[tp], asynchronous=False))
-        except KafkaException as e:
-            if permissions.is_authorization_error(kafka_error(e)):
-                log.warning("cannot pin the target on the source (no Read on Group '%s' there): a new, empty "
-                            "cluster at the target's address would get every record again", pin_group(cfg),
-                            extra={"event": "cluster_pin_unavailable"})
-                return True
-            raise
-        for r in result or []:
+        for r in _retrying(lambda: client.commit(offsets=[tp], asynchronous=False)) or []:
             if r.error is not None:
                 raise KafkaException(r.error)
+    except KafkaException as e:
+        if not permissions.is_authorization_error(kafka_error(e)):
+            raise
+        log.warning("cannot pin the target on the source (no Read on Group '%s' there): a new, empty cluster at "
+                    "the target's address would get every record again", pin_group(cfg),
+                    extra={"event": "cluster_pin_unavailable"})
     finally:
         client.close()
     return True
