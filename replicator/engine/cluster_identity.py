@@ -38,7 +38,7 @@ import time
 from dataclasses import dataclass
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
-from confluent_kafka.admin import AdminClient
+from confluent_kafka.admin import AclOperation, AdminClient
 
 from replicator.access import permissions
 from replicator.clients.client_errors import transient
@@ -67,6 +67,7 @@ class ClusterChanged(RuntimeError):
 class Clusters:
     source: str
     target: str
+    pinnable: bool = True  # the source principal may keep the pin (pin_permitted)
 
 
 def pin_group(cfg: ReplicatorConfig) -> str:
@@ -122,26 +123,40 @@ def _group_entries(cfg: ReplicatorConfig) -> list:
         reader.close()
 
 
-def _read_pin(cfg: ReplicatorConfig, topics: list[str]) -> tuple[Pin | None, str | None]:
-    """The newest pin on the source among `topics`' first partitions, and why it could not be read."""
+def pin_permitted(cfg: ReplicatorConfig, source: AdminClient) -> bool:
+    """Whether the source principal may read and commit the pin (Read on its group); warns if not.
+    Asked first: without Describe on a group librdkafka's committed() only times out."""
+    try:
+        ops = permissions._describe_group(source, pin_group(cfg)).authorized_operations
+    except KafkaException as e:
+        if not permissions.is_authorization_error(kafka_error(e)):
+            raise
+        ops = set()
+    if ops is None or AclOperation.READ in ops:
+        return True
+    log.warning("cannot pin the target cluster on the source: %s may not Read Group '%s' there, so a new, empty "
+                "cluster at the target's address would get every record again (grant it to pin the target)",
+                permissions.who(cfg, "source"), pin_group(cfg), extra={"event": "cluster_pin_unavailable"})
+    return False
+
+
+def _read_pin(cfg: ReplicatorConfig, topics: list[str]) -> Pin | None:
+    """The newest pin on the source among `topics`' first partitions."""
     if not topics:
-        return None, None
+        return None
     client = _pin_client(cfg)
     try:
         found = _retrying(lambda: client.committed([TopicPartition(t, 0) for t in topics], timeout=_TIMEOUT_S))
-    except KafkaException as e:
-        if permissions.is_authorization_error(kafka_error(e)):
-            return None, f"no Describe on Group '{pin_group(cfg)}' on the source"
-        raise
     finally:
         client.close()
     pins = [p for tp in found if tp.error is None and tp.offset >= 0 for p in [Pin.decode(tp.metadata)] if p]
-    return max(pins, key=lambda p: p.at, default=None), None
+    return max(pins, key=lambda p: p.at, default=None)
 
 
 def check_at_start(cfg: ReplicatorConfig, found: Clusters, source_topics: list[str]) -> None:
     """Raises ClusterChanged when the clusters behind the addresses are not the ones the job
-    replicated between. Reads only: it runs before anything is written to either cluster."""
+    replicated between (the pin is read when `found.pinnable`). Reads only: it runs before anything
+    is written to either cluster."""
     recorded = [(c.metadata.source_cluster, c.metadata.target_cluster) for c in _group_entries(cfg)]
     sources = {s for s, _ in recorded if s and s != "unknown"} - {found.source}
     if sources:
@@ -158,11 +173,9 @@ def check_at_start(cfg: ReplicatorConfig, found: Clusters, source_topics: list[s
             f"{found.target}) was written on cluster {', '.join(sorted(targets - {found.target}))}: it was copied "
             f"from another cluster, so its positions say nothing of what this target holds. Nothing was written. "
             f"Delete the group to copy everything again, or use a new --offsets-group")
-    pin, unreadable = _read_pin(cfg, source_topics)
-    if unreadable:
-        log.warning("cannot read which target this job copies into from the source (%s): a new, empty cluster "
-                    "at the target's address would get every record again. Grant it to pin the target",
-                    unreadable, extra={"event": "cluster_pin_unavailable"})
+    if not found.pinnable:
+        return
+    pin = _read_pin(cfg, source_topics)
     # The group holding this target's own entries proves it is the job's target whatever the pin
     # says (another job of the same name from this source into another target re-pins it).
     if pin is None or pin.target == found.target or found.target in targets:
@@ -198,6 +211,8 @@ def pin(cfg: ReplicatorConfig, clusters: Clusters, source_topics: list[str]) -> 
     """Records (again) on the source that the job copies into `clusters.target`: the offset 0 of
     the first replicated topic's partition 0 in pin_group, with the ids as its metadata. True when
     done until the next refresh: pinned, or not permitted (warned); False with no topic to pin on."""
+    if not clusters.pinnable:
+        return True
     if not source_topics:
         return False  # nothing is copied yet either: pinned once a topic is
     client = _pin_client(cfg)

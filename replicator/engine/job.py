@@ -119,7 +119,11 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
     if on_reachable is not None:
         on_reachable()
-    clusters = cluster_identity.Clusters(ids["source"], ids["target"])
+    try:
+        clusters = cluster_identity.Clusters(ids["source"], ids["target"], cluster_identity.pin_permitted(cfg, source))
+    except KafkaException as e:
+        raise RuntimeFailure(f"describing the group {cluster_identity.pin_group(cfg)!r} on the source failed: "
+                             f"{e.args[0].str()}") from None
     log.info("source: cluster %s at %s; target: cluster %s at %s", clusters.source, cfg.source_bootstrap_servers,
              clusters.target, cfg.target_bootstrap_servers,
              extra={"event": "clusters", "source_cluster": clusters.source, "target_cluster": clusters.target})

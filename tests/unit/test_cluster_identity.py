@@ -23,7 +23,7 @@ def _entry(source: str, target: str) -> Committed:
 
 def _check(monkeypatch, entries, pin, cfg=CFG):
     monkeypatch.setattr(cluster_identity, "_group_entries", lambda cfg: entries)
-    monkeypatch.setattr(cluster_identity, "_read_pin", lambda cfg, topics: (pin, None))
+    monkeypatch.setattr(cluster_identity, "_read_pin", lambda cfg, topics: pin)
     cluster_identity.check_at_start(cfg, FOUND, ["t"])
 
 
@@ -65,6 +65,12 @@ def test_a_group_written_on_another_cluster_is_refused(monkeypatch):
     with pytest.raises(ClusterChanged) as e:
         _check(monkeypatch, [_entry("SRC", "COPIED-FROM")], None)
     assert e.value.role == "target" and "COPIED-FROM" in str(e.value)
+
+
+def test_without_the_pin_the_groups_entries_still_decide(monkeypatch):
+    monkeypatch.setattr(cluster_identity, "_group_entries", lambda cfg: [])
+    monkeypatch.setattr(cluster_identity, "_read_pin", lambda cfg, topics: pytest.fail("read without permission"))
+    cluster_identity.check_at_start(CFG, Clusters("SRC", "TGT", pinnable=False), ["t"])
 
 
 def test_the_pin_round_trips_and_foreign_metadata_is_no_pin():
