@@ -449,7 +449,8 @@ class Replicator:
                 except KafkaException as e:
                     log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
                                 self.cfg.refresh_topics_interval_seconds)
-                self._refresh_pin()
+                if known:
+                    self._refresh_pin()
                 _warn_if_slow("topic discovery", asked)
                 next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
             if time.monotonic() >= next_progress:
