@@ -367,7 +367,6 @@ class Auditor:
             target_hws = target.offsets(dst_tps, committed=False)
             source_ends = source.offsets(src_tps, committed=True)
             source_starts, target_starts = source.starts(src_tps), target.starts(dst_tps)
-            recorded: list[CommitMetadata | None] = []
             for (s, t, p), stp, dtp in zip(plan, src_tps, dst_tps, strict=True):
                 committed, meta = group.get(dtp, (-1, None))
                 part = PartitionReport(s, t, p, committed, source_ends[stp],
@@ -376,8 +375,6 @@ class Auditor:
                 if target_hws[dtp] < part.target_bound:
                     part.truncated_at = target_hws[dtp]
                 report.partitions.append(part)
-                recorded.append(meta)
-            _other_clusters(report, recorded)
             self._compare_all(report, source, target, source_starts)
             self._transactions(report, target, dst_tps)
             self._judge(report)
@@ -585,19 +582,6 @@ def hanging_on_partitions(before: dict[tuple[str, int, int], tuple[int, int]],
                         "start_offset": start,
                         "reason": "open on the partition, unknown to its transaction coordinator"})
     return hanging
-
-
-def _other_clusters(report: Report, recorded: list[CommitMetadata | None]) -> None:
-    """The group's entries name the clusters they were copied between: compared with other clusters
-    (one rebuilt at the same address), nothing the audit says would be about this replication."""
-    for role, found, ids in (("source", report.source_cluster, {m.source_cluster for m in recorded if m}),
-                             ("target", report.target_cluster, {m.target_cluster for m in recorded if m})):
-        other = sorted(ids - {"", "unknown", found})
-        if found and other:
-            report.violations.append(
-                f"the offsets group {report.group!r} records copying {'from' if role == 'source' else 'into'} "
-                f"cluster {', '.join(other)}, but the {role} at {getattr(report, role)} is cluster {found}: "
-                f"another cluster answers at that address")
 
 
 def _summary(report: Report) -> str:

@@ -578,9 +578,11 @@ class Replicator:
         budget = self._budget()
         given = min(self.cfg.transaction_timeout_ms / 1000, budget.left(TASKS_END))
         deadline = time.monotonic() + given
-        while self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        # Asked once per turn: the batch's end can start the next trigger at once, so a second
+        # question after the wait could see a batch that is not the tasks' one.
+        while (active := self.query.status.get("isTriggerActive")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        if self.query.status.get("isTriggerActive"):
+        if active:
             # Their commit cannot go through (a target down, a coordinator gone): what they copied
             # since their last commit is copied again at the next start.
             self.stop_outcome.tasks_not_ended = budget.elapsed()  # since the stop signal

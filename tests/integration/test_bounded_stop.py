@@ -53,6 +53,7 @@ def test_stop_with_the_target_down_is_bounded_and_exits_1_saying_what_is_open(sa
             job.sigkill()
         sandbox.target.start()
     log = job.log()
+    print(f"SIGTERM to exit with the target down: {took:.1f} s (bound {BOUND_S:.0f} s)")
     assert code == 1, log[-3000:]
     assert took <= BOUND_S, f"the stop took {took:.0f} s, more than {BOUND_S:.0f} s"
     lines = [line for line in log.splitlines() if "stopped, not cleanly" in line]
