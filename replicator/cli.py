@@ -147,7 +147,8 @@ def crash_traces() -> None:
 @connection_options
 @run_options
 def run(config_file: str | None, **flags) -> None:
-    """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure, 2 invalid configuration.
+    """Replicate until SIGTERM/SIGINT. Exit 0 clean stop, 1 runtime failure or a stop that left something
+    open, 2 invalid configuration.
 
     Every option is also settable in the --config file and as REPLICATOR_<OPTION> (flags win over the
     environment, which wins over the file): docs/configuration.md lists them all."""

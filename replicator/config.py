@@ -263,6 +263,15 @@ class ReplicatorConfig:
     readiness_window_seconds: float = option(
         60.0, accepts.positive_number, OBSERVABILITY, "/readyz answers 200 when a micro-batch committed, or the "
         "job was seen caught up (lag 0), within this many seconds.")
+    # Inside Kubernetes' 90 s terminationGracePeriodSeconds with room for the process's exit
+    # (engine/stop_budget.py; tests/unit/test_stop_budget.py checks every manifest).
+    shutdown_timeout_seconds: float = option(
+        60.0, accepts.shutdown_timeout, OBSERVABILITY, "A stop (SIGTERM/SIGINT) ends within this many seconds, "
+        "whatever cluster is down; a stop that could not commit or fence what was open exits 1.", flag_for=RUN)
+    accept_target_cluster_id: str = option(
+        "", accepts.cluster_id, JOB, "Accept this new target cluster once in place of the one the job copied "
+        "into (a rebuilt target, a failback); the job's refusal prints the id. Left set, it never accepts any "
+        "other cluster.", flag_for=RUN)
     log_format: str = option(
         "text", accepts.choice("text", "json"), OBSERVABILITY, "The job's log lines (Spark's too): plain text or "
         "one JSON object per line.", flag_for=RUN)

@@ -244,3 +244,21 @@ def cache_directory(key: str, value: Any) -> str:
     if text != "off" and not (text.startswith("/") or text.startswith("~")):
         raise ConfigError(key, "expected an absolute directory (or ~/...) or 'off'")
     return text
+
+
+def shutdown_timeout(key: str, value: Any) -> float:
+    """seconds between 10 and 3600"""
+    seconds = positive_number(key, value)
+    if not 10 <= seconds <= 3600:
+        raise ConfigError(key, f"expected seconds between 10 and 3600 (each step of the stop gets a share: fencing "
+                               f"alone needs a few seconds), got {seconds:g}")
+    return seconds
+
+
+def cluster_id(key: str, value: Any) -> str:
+    """a Kafka cluster id (letters, digits, `_` and `-`), or empty"""
+    text = str(value).strip()
+    if text and not re.match(r"^[A-Za-z0-9_\-]{1,64}$", text):
+        raise ConfigError(key, f"expected a Kafka cluster id (letters, digits, '_' and '-', as the job's refusal "
+                               f"prints it), got {text!r}")
+    return text

@@ -2,7 +2,8 @@
 
 Keyed by *target* topic-partition (the broker refuses offsets for partitions it does not have); the
 value is the NEXT source offset to copy. The commit metadata (<= 4 KiB by broker default) records the
-source cluster and topic, the shard layout and job name that wrote it (so a later start can fence
+source cluster and topic, the target cluster (so a group written elsewhere is told apart, see
+engine/cluster_identity.py), the shard layout and job name that wrote it (so a later start can fence
 those transactional ids even after `--shards` or `--name` changed), and the last exact
 source->target offset pair, which consumer-group failover needs, and when it was committed (an
 idle partition's entry is re-committed before the group could expire it).
@@ -19,8 +20,10 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from replicator.clients.client_errors import Outcome, classify
 from replicator.clients.kafka_clients import kafka_error
+from replicator.config import ReplicatorConfig
 
 NO_OFFSET = -1001  # librdkafka's OFFSET_INVALID: the group holds nothing for the partition
+_target_clusters: dict[str, str] = {}  # target bootstrap servers -> cluster id (CommitMetadata.target_cluster_of)
 
 
 @dataclass(frozen=True)
@@ -33,11 +36,20 @@ class CommitMetadata:
     target_offset: int = -1  # ... and where it landed on the target
     job: str = ""  # the job name its transactional ids derive from; "" in version 1 entries
     committed_at: int = 0  # unix seconds of the commit that wrote it; 0 before version 3
+    target_cluster: str = ""  # the cluster id of the target the entry was committed on; "" before version 4
 
     def encode(self) -> str:
-        return json.dumps({"v": 3, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
+        return json.dumps({"v": 4, "sc": self.source_cluster, "st": self.source_topic, "n": self.shards,
                            "s": self.shard, "so": self.source_offset, "to": self.target_offset, "j": self.job,
-                           "t": self.committed_at}, separators=(",", ":"))
+                           "t": self.committed_at, "tc": self.target_cluster}, separators=(",", ":"))
+
+    @staticmethod
+    def target_cluster_of(cfg: ReplicatorConfig, client: Consumer, topic: str) -> str:
+        """The id of the target cluster `client` talks to, as the shard tasks record it: looked up
+        once per process, from one topic's metadata (the whole cluster's is costly at 5,000 partitions)."""
+        if cfg.target_bootstrap_servers not in _target_clusters:
+            _target_clusters[cfg.target_bootstrap_servers] = client.list_topics(topic, timeout=30).cluster_id or ""
+        return _target_clusters[cfg.target_bootstrap_servers]
 
     @classmethod
     def decode(cls, text: str | None) -> CommitMetadata | None:
@@ -47,7 +59,7 @@ class CommitMetadata:
         try:
             d = json.loads(text)
             return cls(str(d["sc"]), str(d["st"]), int(d["n"]), int(d["s"]), int(d.get("so", -1)),
-                       int(d.get("to", -1)), str(d.get("j", "")), int(d.get("t", 0)))
+                       int(d.get("to", -1)), str(d.get("j", "")), int(d.get("t", 0)), str(d.get("tc", "")))
         except (ValueError, KeyError, TypeError, AttributeError):
             return None
 

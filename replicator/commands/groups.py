@@ -59,6 +59,24 @@ def _source_reachable(cfg) -> bool:
         return False
 
 
+def _clusters(cfg, source_timeout: float = 10.0) -> tuple[dict, str]:
+    """Which clusters the command looks at: {role: {bootstrap, cluster_id}} (None when it does not
+    answer) and the line that says so. A cluster rebuilt at the same address has another id."""
+    from replicator.clients import kafka_clients
+
+    found = {}
+    for role, admin, timeout in (("source", kafka_clients.source_admin(cfg), source_timeout),
+                                 ("target", kafka_clients.target_admin(cfg), 30.0)):
+        try:
+            cluster_id = admin.list_topics(timeout=timeout).cluster_id or None
+        except KafkaException:
+            cluster_id = None
+        found[role] = {"bootstrap": getattr(cfg, f"{role}_bootstrap_servers"), "cluster_id": cluster_id}
+    line = "; ".join(f"{role}: " + (f"cluster {c['cluster_id']} at {c['bootstrap']}" if c["cluster_id"]
+                                    else f"no answer at {c['bootstrap']}") for role, c in found.items())
+    return found, line
+
+
 def _code(statuses) -> int:
     bad = [s for s in statuses if s.state not in _GOOD or any(p.target_offset is None for p in s.partitions)]
     return PARTIAL if bad else OK
@@ -80,12 +98,13 @@ def groups(config_file: str | None, fmt: str, **flags) -> None:
     cfg = _load_config(config_file, flags)
     try:
         live = _source_reachable(cfg)
+        clusters, where = _clusters(cfg)
         sync = GroupSync(cfg, dry_run=True, source_reachable=live)
         statuses = sync.run_once() if live else sync.from_checkpoints(sync=False)
     except (KafkaException, RuntimeError) as e:
         _fail(str(e))
-    doc = {"source_reachable": live, "groups": [s.to_dict() for s in statuses]}
-    _emit(fmt, doc, [f"source {'reachable: live translation' if live else 'unreachable: from checkpoints'}",
+    doc = {"source_reachable": live, "clusters": clusters, "groups": [s.to_dict() for s in statuses]}
+    _emit(fmt, doc, [where, f"source {'reachable: live translation' if live else 'unreachable: from checkpoints'}",
                      *_table(statuses)])
     sys.exit(_code(statuses))
 
@@ -114,10 +133,11 @@ def _fence_and_mark(cfg, kind: str):
     return fenced, marker
 
 
-def _mappings_from_group(cfg):
+def _mappings_from_group(cfg, target_cluster: str | None = None):
     """The replicated partitions as the fake group on the target knows them (the source is gone).
     RuntimeError when the group holds none: a mistyped --name must not "fail over" a job that never
-    replicated here (fencing nothing, moving no group) while the real one copies on unfenced."""
+    replicated here (fencing nothing, moving no group) while the real one copies on unfenced; and
+    when its entries were committed on another cluster than `target_cluster` (a copied group)."""
     from replicator.clients import kafka_clients
     from replicator.offsets import read_group
     from replicator.topics.sync import TopicMapping
@@ -131,6 +151,12 @@ def _mappings_from_group(cfg):
         raise RuntimeError(f"the offsets group {cfg.group!r} holds no offsets on the target: no job named "
                            f"{cfg.name!r} replicated to it (check --name or --offsets-group); nothing was "
                            f"fenced or written")
+    elsewhere = sorted({c.metadata.target_cluster for c in group.values() if c.metadata}
+                       - {"", target_cluster or ""}) if target_cluster else []
+    if elsewhere:
+        raise RuntimeError(f"the offsets group {cfg.group!r} on the target at {cfg.target_bootstrap_servers} (cluster "
+                           f"{target_cluster}) was committed on cluster {', '.join(elsewhere)}: job {cfg.name!r} did "
+                           f"not replicate into this cluster; nothing was fenced or written")
     parts: dict[tuple[str, str], int] = {}
     for (target_topic, p), c in group.items():
         source_topic = c.metadata.source_topic if c.metadata else target_topic
@@ -150,7 +176,8 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
 
     cfg = _load_config(config_file, flags)
     try:
-        _mappings_from_group(cfg)  # before anything is fenced or written: is this job's group here at all?
+        clusters, where = _clusters(cfg, source_timeout=5.0)  # the source is likely gone
+        _mappings_from_group(cfg, clusters["target"]["cluster_id"])  # before anything is fenced or written
         fenced, marker = (0, None) if dry_run else _fence_and_mark(cfg, "failover")
         sync = GroupSync(cfg, dry_run=dry_run, source_reachable=False)
         statuses = sync.from_checkpoints(sync=cfg.sync_group_offsets)
@@ -158,7 +185,8 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
         sync.translator.close()
     except (KafkaException, RuntimeError) as e:
         _fail(str(e))
-    doc = {"dry_run": dry_run, "fenced_shards": fenced, "marker": json.loads(marker.to_json()) if marker else None,
+    doc = {"dry_run": dry_run, "clusters": clusters, "fenced_shards": fenced,
+           "marker": json.loads(marker.to_json()) if marker else None,
            "groups": [{**s.to_dict(), "rpo_offsets": s.ahead,
                        "checkpoint_age_seconds": max((p.checkpoint_age_seconds for p in s.partitions), default=None)}
                       for s in statuses]}
@@ -166,7 +194,7 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
             f"failed over: {fenced} shard ids fenced, marker written; `run` now refuses this direction"]
     rpo = [f"  {s.group}: {s.ahead} consumed source offsets not replicated (RPO), last checkpoint "
            f"{max((p.checkpoint_age_seconds for p in s.partitions), default=0):.0f}s before" for s in statuses]
-    _emit(fmt, doc, [*head, *_table(statuses), *rpo])
+    _emit(fmt, doc, [where, *head, *_table(statuses), *rpo])
     sys.exit(_code(statuses))
 
 
@@ -187,6 +215,7 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
     cfg = _load_config(config_file, flags)
     lag_reader = None
     try:
+        clusters, where = _clusters(cfg)
         source = kafka_clients.source_admin(cfg)
         lag_reader = LagReader(cfg)
         sync = GroupSync(cfg)
@@ -215,9 +244,10 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
     finally:
         if lag_reader is not None:
             lag_reader.close()
-    doc = {"fenced_shards": fenced, "marker": json.loads(marker.to_json()), "lost_partitions": len(lost),
+    doc = {"clusters": clusters, "fenced_shards": fenced, "marker": json.loads(marker.to_json()),
+           "lost_partitions": len(lost),
            "groups": [s.to_dict() for s in statuses]}
-    _emit(fmt, doc, [f"switched over: {fenced} shard ids fenced, marker written, "
+    _emit(fmt, doc, [where, f"switched over: {fenced} shard ids fenced, marker written, "
                      f"{'zero loss' if not lost else f'{len(lost)} partitions not at the source end'}",
                      *_table(statuses)])
     sys.exit(FAILURE if lost else _code(statuses))

@@ -161,6 +161,8 @@ class Report:
     violations: list[str] = field(default_factory=list)
     selected_topics: int = 0  # source topics the selection matches
     without_target: list[str] = field(default_factory=list)  # of those, the ones with no target topic yet
+    source_cluster: str = ""  # the cluster ids behind the addresses
+    target_cluster: str = ""
 
     @property
     def nothing_verified(self) -> bool:
@@ -182,7 +184,8 @@ class Report:
             "source_records", "target_records", "duplicates", "missing", "extra", "reordered",
             "aborted_visible", "foreign", "lag")}
         return {"ok": self.ok, "nothing_verified": self.nothing_verified, "source": self.source,
-                "target": self.target, "group": self.group, "selected_source_topics": self.selected_topics,
+                "target": self.target, "source_cluster": self.source_cluster, "target_cluster": self.target_cluster,
+                "group": self.group, "selected_source_topics": self.selected_topics,
                 "source_topics_without_target": self.without_target, "totals": totals, "partitions": parts,
                 "open_transactions": self.open_transactions, "hanging_transactions": self.hanging_transactions,
                 "lost_acked": self.lost_acked, "violations": self.violations}
@@ -207,6 +210,9 @@ class _Side:
             self.topics = self._describe_topics()
         except KafkaError as e:
             raise VerifyError(f"cannot reach the {role} cluster at {bootstrap}: {e}") from None
+
+    def cluster_id(self) -> str:
+        return self.admin.describe_cluster().get("cluster_id") or ""
 
     def _describe_topics(self) -> dict[str, int]:
         meta = self.admin.describe_topics()
@@ -350,6 +356,7 @@ class Auditor:
         source = _Side("source", cfg)
         target = _Side("target", cfg)
         try:
+            report.source_cluster, report.target_cluster = source.cluster_id(), target.cluster_id()
             plan = self._plan(source, target, report)
             src_tps = [TopicPartition(s, p) for s, _, p in plan]
             dst_tps = [TopicPartition(t, p) for _, t, p in plan]
@@ -580,7 +587,9 @@ def hanging_on_partitions(before: dict[tuple[str, int, int], tuple[int, int]],
 def _summary(report: Report) -> str:
     d = report.to_dict()
     t = d["totals"]
-    lines = [f"offsets group {report.group!r}: {len(report.partitions)} partitions, "
+    lines = [f"source: cluster {report.source_cluster or '?'} at {report.source}; "
+             f"target: cluster {report.target_cluster or '?'} at {report.target}",
+             f"offsets group {report.group!r}: {len(report.partitions)} partitions, "
              f"{t['source_records']} source records compared with {t['target_records']} target records",
              f"  duplicates {t['duplicates']}, missing {t['missing']}, extra {t['extra']}, "
              f"after the replicated range {t['foreign']}, "

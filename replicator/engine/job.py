@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import shutil
 import signal
 import tempfile
@@ -20,9 +21,10 @@ from replicator.access import permissions
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import transient
 from replicator.config import ReplicatorConfig
-from replicator.engine import heap, transactional_ids
+from replicator.engine import cluster_identity, heap, transactional_ids
 from replicator.engine import spark_session as session
 from replicator.engine.spark_session import spark_session
+from replicator.engine.stop_budget import FENCING, QUERY_STOP, SPARK_STOP, TASKS_END, StopBudget, StopOutcome
 from replicator.engine.task_control import ControlServer
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
@@ -58,6 +60,7 @@ QUERY_RESTART_BACKOFF_MAX_S = 60.0
 # reading both clusters' metadata every refresh was a third of an idle driver's CPU (BENCHMARKS.md).
 TARGET_RECHECK_S = 60.0
 _PREPARE_RETRY_S = 30.0  # a fresh cluster's brokers learning of topics the pre-flight just created
+PRODUCER_WARMUP_S = 10.0  # kafka_clients.target_producer's metadata wait before init_transactions()
 
 
 class RuntimeFailure(RuntimeError):
@@ -78,12 +81,15 @@ class JobObserver(Protocol):
 
 
 def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = None,
-              on_lags: Callable[[list[PartitionLag]], None] | None = None
+              on_lags: Callable[[list[PartitionLag]], None] | None = None,
+              on_clusters: Callable[[cluster_identity.Clusters, bool], None] | None = None,
               ) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
     """Everything that must hold before the first record moves. Returns the config with the optional
     features switched off that the principals' ACLs do not allow, and the topic mappings.
     `on_reachable` is called once both clusters answered (the job starts Spark then); `on_lags` gets
-    the lag lookup made after fencing (the fake group's offsets as this client's coordinator said)."""
+    the lag lookup made after fencing (the fake group's offsets as this client's coordinator said);
+    `on_clusters` the clusters found behind the addresses, checked, and whether the target was pinned
+    on the source (cluster_identity)."""
     from replicator.clients import tls_files
 
     for role in ("source", "target"):
@@ -102,16 +108,32 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
     except KafkaException as e:
         raise RuntimeFailure(f"cannot connect to the target cluster at {cfg.target_bootstrap_servers}: "
                              f"{e.args[0].str()}") from None
+    ids = {}
     for role, admin, servers, errors in (("source", source, cfg.source_bootstrap_servers, source_errors),
                                          ("target", target, cfg.target_bootstrap_servers, target_errors)):
         try:
-            admin.list_topics(timeout=20)
+            ids[role] = admin.list_topics(timeout=20).cluster_id or ""
         except KafkaException as e:
             admin.poll(0)  # serves the error callback
             cause = f" ({errors[-1]})" if errors else ""
             raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
     if on_reachable is not None:
         on_reachable()
+    try:
+        clusters = cluster_identity.Clusters(ids["source"], ids["target"], cluster_identity.pin_permitted(cfg, source))
+    except KafkaException as e:
+        raise RuntimeFailure(f"describing the group {cluster_identity.pin_group(cfg)!r} on the source failed: "
+                             f"{e.args[0].str()}") from None
+    log.info("source: cluster %s at %s; target: cluster %s at %s", clusters.source, cfg.source_bootstrap_servers,
+             clusters.target, cfg.target_bootstrap_servers,
+             extra={"event": "clusters", "source_cluster": clusters.source, "target_cluster": clusters.target})
+    try:  # before anything is written to either cluster
+        cluster_identity.check_at_start(cfg, clusters, sorted(topic_sync.discover(cfg, source)))
+    except cluster_identity.ClusterChanged as e:
+        raise RuntimeFailure(str(e)) from None
+    except KafkaException as e:
+        raise RuntimeFailure(f"reading which clusters job {cfg.name!r} replicated between failed: "
+                             f"{e.args[0].str()}") from None
     if promotion.promoted(target, cfg.name):
         raise RuntimeFailure(
             f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
@@ -169,7 +191,19 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
                 f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
                 f"the group was written by another job or the source topic was recreated. Use another "
                 f"--name/--offsets-group, or delete the group to start over.")
+    pinned = _pin(cfg, clusters, mappings)
+    if on_clusters is not None:
+        on_clusters(clusters, pinned)
     return cfg, mappings
+
+
+def _pin(cfg: ReplicatorConfig, clusters: cluster_identity.Clusters, mappings: list[topic_sync.TopicMapping]) -> bool:
+    try:
+        return cluster_identity.pin(cfg, clusters, [m.source for m in mappings])
+    except KafkaException as e:  # the next start or refresh pins it; copying does not depend on it
+        log.warning("could not pin the target cluster on the source: %s", e.args[0].str(),
+                    extra={"event": "cluster_pin_failed"})
+        return False
 
 
 def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
@@ -230,10 +264,17 @@ def _fence(cfg: ReplicatorConfig, ids: list[str]) -> None:
         raise
 
 
-def fence_current_layout(cfg: ReplicatorConfig) -> None:
-    """At exit: abort whatever an interrupted task left open now, not at the transaction timeout."""
-    if cfg.exactly_once:
-        transactional_ids.fence(cfg, [transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)])
+def fence_current_layout(cfg: ReplicatorConfig, timeout: float | None = None) -> int:
+    """At exit: abort whatever an interrupted task left open now, not at the transaction timeout.
+    Returns how many ids it fenced; FenceError names those it could not within `timeout`."""
+    if not cfg.exactly_once:
+        return 0
+    ids = [transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)]
+    if timeout is None:
+        transactional_ids.fence(cfg, ids)
+    else:
+        transactional_ids.fence(cfg, ids, timeout)
+    return len(ids)
 
 
 class Replicator:
@@ -243,11 +284,17 @@ class Replicator:
         self.cfg = cfg
         self.observers = list(observers or [])
         self.stop_requested = threading.Event()
+        self._stopping = threading.RLock()
+        self.stop_budget: StopBudget | None = None  # from the stop signal (or the failure that ends the run)
+        self.stop_outcome = StopOutcome()  # what the stop could not finish
         self.jvm_lost = False  # Spark's JVM ended under the driver: the stop was not clean
         self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
         self.stats = ControlServer(self._on_batch, "127.0.0.1" if cfg.spark_master.startswith("local") else "0.0.0.0")
         self.mappings: list[topic_sync.TopicMapping] = []
         self._target_checked: tuple[dict[str, int], float] = ({}, -TARGET_RECHECK_S)  # selection, when
+        self.clusters: cluster_identity.Clusters | None = None  # found and checked at start
+        self._pinned_at: float | None = None  # when the target was last pinned on the source (or refused)
+        self.cluster_changed: cluster_identity.ClusterChanged | None = None  # seen while running: exit 1
         self.spark = None
         self.query = None
 
@@ -259,9 +306,16 @@ class Replicator:
             o.on_batch(stats)
 
     def request_stop(self, *_args) -> None:
-        if not self.stop_requested.is_set():
-            log.info("stop requested: the shard tasks commit what they copied and end")
-        self.stop_requested.set()
+        # The signal's handler and its wake-up thread both call this; re-entrant: the handler can
+        # run in the main thread while the main thread is in here.
+        with self._stopping:
+            first = not self.stop_requested.is_set()
+            self._budget()
+            self.stop_requested.set()
+        if first:
+            log.info("stop requested: the shard tasks commit what they copied and end; the stop ends within "
+                     "%g s (shutdown_timeout_seconds)", self.cfg.shutdown_timeout_seconds,
+                     extra={"event": "stop_requested"})
         (self.scratch / "stop").touch()
         self.stats.stop()
 
@@ -275,7 +329,8 @@ class Replicator:
             # (shard_copy._read_resume_points) is caught unless both lookups land on that broker.
             self.cfg, self.mappings = preflight(
                 self.cfg, lambda: starting.run(spark_session, self.cfg, self.scratch),
-                lambda lags: self.stats.seed_floors({f"{x.source_topic}|{x.partition}": x.committed for x in lags}))
+                lambda lags: self.stats.seed_floors({f"{x.source_topic}|{x.partition}": x.committed for x in lags}),
+                self._on_clusters)
         except BaseException:
             _stop_spark(starting.result(quiet=True))
             self.stats.close()
@@ -344,6 +399,10 @@ class Replicator:
                 .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
                 .queryName(self.cfg.name).start())
 
+    def _on_clusters(self, clusters: cluster_identity.Clusters, pinned: bool) -> None:
+        self.clusters = clusters
+        self._pinned_at = time.monotonic() if pinned else None
+
     def _before_restart(self, spark, backoff: float) -> None:
         """No task of the failed query may still copy when the next one starts; what one left open
         is aborted now (the next query's tasks would fence it too, at their first transaction)."""
@@ -376,15 +435,22 @@ class Replicator:
                 break  # reported below from query.exception(), as a one-line cause
             if time.monotonic() >= next_discovery:
                 asked = time.monotonic()
-                if self._promoted(target):
+                known = self._clusters_known(source, target)
+                if self.cluster_changed is not None:
+                    self._stop_query()
+                    break
+                if known and self._promoted(target):
                     self._stop_query()
                     break
                 try:
-                    self._discover(source, target)
-                    next_config_sync = self._sync_configs(source, target, next_config_sync)
+                    if known:  # nothing is created on a cluster whose identity is not known
+                        self._discover(source, target)
+                        next_config_sync = self._sync_configs(source, target, next_config_sync)
                 except KafkaException as e:
                     log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
                                 self.cfg.refresh_topics_interval_seconds)
+                if known:
+                    self._refresh_pin()
                 _warn_if_slow("topic discovery", asked)
                 next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
             if time.monotonic() >= next_progress:
@@ -415,6 +481,12 @@ class Replicator:
         if lag_reader is not None:
             lag_reader.close()
         error = self.query.exception()
+        if error is not None and not self.stop_requested.is_set():
+            # Copying from a rebuilt source fails as data loss (offsets beyond its ends) before the
+            # next check: the other cluster is the cause to report.
+            self._clusters_known(source, target)
+        if self.cluster_changed is not None:
+            raise RuntimeFailure(str(self.cluster_changed))
         if error is not None and not self.stop_requested.is_set():
             cause = _root_cause(error)
             if any(marker in cause for marker in TRANSIENT_QUERY_FAILURES):
@@ -449,6 +521,29 @@ class Replicator:
             log.warning("topic config sync failed: %s", e.args[0].str())
         return time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
 
+    def _clusters_known(self, source, target) -> bool:
+        """Whether both clusters answered as the ones pinned at start. Another cluster behind either
+        address sets `cluster_changed` and requests the stop (exit 1, one line)."""
+        if self.clusters is None:
+            return True
+        try:
+            cluster_identity.check_running(self.cfg, self.clusters, source, target,
+                                           promotion.marker_topic(self.cfg.name))
+        except KafkaException:  # not answering is not another cluster: the copy and lag lines say it
+            return False
+        except cluster_identity.ClusterChanged as e:
+            self.cluster_changed = e
+            self.request_stop()
+            return False
+        return True
+
+    def _refresh_pin(self) -> None:
+        """Pins the target on the source once a topic is replicated, and again before the source's
+        offsets retention could expire the pin (the offsets refresh's interval, a day by default)."""
+        due = self._pinned_at is None or time.monotonic() - self._pinned_at >= self.cfg.offsets_refresh_interval_seconds
+        if self.clusters is not None and self.mappings and due and _pin(self.cfg, self.clusters, self.mappings):
+            self._pinned_at = time.monotonic()
+
     def _promoted(self, target) -> bool:
         try:
             if not promotion.promoted(target, self.cfg.name):
@@ -470,29 +565,67 @@ class Replicator:
                 if hasattr(o, "on_topic_deleted"):
                     o.on_topic_deleted(topic)
 
+    def stopping_for(self) -> float:
+        """Seconds since the stop began (0 before it did)."""
+        return self.stop_budget.elapsed() if self.stop_budget is not None else 0.0
+
+    def _budget(self) -> StopBudget:
+        if self.stop_budget is None:
+            self.stop_budget = StopBudget(self.cfg.shutdown_timeout_seconds)
+        return self.stop_budget
+
     def _stop_query(self) -> None:
-        deadline = time.monotonic() + self.cfg.transaction_timeout_ms / 1000
-        while self.query.status.get("isTriggerActive") and time.monotonic() < deadline:
+        budget = self._budget()
+        given = min(self.cfg.transaction_timeout_ms / 1000, budget.left(TASKS_END))
+        deadline = time.monotonic() + given
+        # Asked once per turn: the batch's end can start the next trigger at once, so a second
+        # question after the wait could see a batch that is not the tasks' one.
+        while (active := self.query.status.get("isTriggerActive")) and time.monotonic() < deadline:
             time.sleep(0.1)
-        self.query.stop()
+        if active:
+            # Their commit cannot go through (a target down, a coordinator gone): what they copied
+            # since their last commit is copied again at the next start.
+            self.stop_outcome.tasks_not_ended = budget.elapsed()  # since the stop signal
+        # Spark's own wait for the query's thread is unbounded by default (spark.sql.streaming.stopTimeout
+        # = 0); read at stop(), so it is set here, to what the budget leaves.
+        self.spark.conf.set("spark.sql.streaming.stopTimeout", str(max(1000, int(budget.left(QUERY_STOP) * 1000))))
+        try:
+            self.query.stop()
+        except Exception as e:  # noqa: BLE001 - Spark's stop below ends what the query's thread still runs
+            log.warning("the streaming query did not stop within its share of shutdown_timeout_seconds: %s",
+                        str(e).splitlines()[0] if str(e) else type(e).__name__)
 
     def _shutdown(self, spark) -> None:
-        for o in self.observers:
-            o.on_stop()
+        budget = self._budget()
+        # Group sync's stop waits for its thread, which may be inside a call to a cluster that is down.
+        observers = _Background()
+        observers.run(lambda: [o.on_stop() for o in self.observers])
         # Gone before it was asked to stop, or failing the stop because it is going: either way the
         # shard tasks did not end as told (a stop signal sent to the whole process group, a kill).
         self.jvm_lost = session.jvm_ended(0)
-        try:
-            session.stop(spark)
-        except Exception as e:  # noqa: BLE001 - shutdown continues whatever Spark says
+        stopping = _Background()
+        stopping.run(session.stop, spark)
+        if not stopping.done(budget.left(SPARK_STOP)):
+            # Its tasks could still write: fencing below refuses their next commit. The JVM ends with this process.
+            log.warning("Spark did not stop within its share of shutdown_timeout_seconds (%.0f s in)", budget.elapsed())
+            self.stop_outcome.tasks_not_ended = self.stop_outcome.tasks_not_ended or budget.elapsed()
+        elif (e := stopping.error()) is not None:
             self.jvm_lost = self.jvm_lost or session.jvm_ended()
             if not self.jvm_lost:
                 log.warning("spark stop: %s", e)
-        # Whatever an interrupted task left open is aborted now, not at the transaction timeout.
-        try:
-            fence_current_layout(self.cfg)
-        except transactional_ids.FenceError as e:
-            log.warning("at shutdown: %s; the next start fences them before writing", e)
+        if not observers.done(budget.left(SPARK_STOP)):
+            log.warning("the observers (group sync) did not stop within their share of shutdown_timeout_seconds")
+        # Whatever an interrupted task left open is aborted now, not at the transaction timeout; on a
+        # target that was replaced there is nothing of the job's to abort (and nothing may be written).
+        if self.cluster_changed is None or self.cluster_changed.role != "target":
+            try:
+                # Each id's producer first waits up to PRODUCER_WARMUP_S for the target's metadata
+                # (kafka_clients.target_producer), and only then init_transactions() starts its own clock.
+                given = max(1.0, budget.left(FENCING) - PRODUCER_WARMUP_S)
+                self.stop_outcome.fenced = fence_current_layout(self.cfg, given)
+            except transactional_ids.FenceError as e:
+                self.stop_outcome.fenced = self.cfg.shard_count
+                self.stop_outcome.unfenced = [(txn_id, _describe(cause)) for txn_id, cause in e.failures]
         self.stats.close()
         shutil.rmtree(self.scratch, ignore_errors=True)
 
@@ -555,6 +688,15 @@ class _Background:
             raise self._error
         return self._value
 
+    def done(self, timeout: float) -> bool:
+        """Whether the call ended within `timeout` seconds (it runs on otherwise, in a daemon thread)."""
+        if self._thread is not None:
+            self._thread.join(timeout)
+        return self._thread is None or not self._thread.is_alive()
+
+    def error(self) -> BaseException | None:
+        return self._error
+
 
 def _stop_spark(spark) -> None:
     if spark is not None:
@@ -604,6 +746,28 @@ def _jvm_gone(stopping: bool) -> str:
             "(or else are at the next start, which resumes from the target's offsets)")
 
 
+def _describe(e: BaseException) -> str:
+    err = kafka_clients.kafka_error(e)
+    return err.str() if err is not None else f"{type(e).__name__}: {e}"
+
+
+def _pass_signals_on(job: Replicator) -> None:
+    """Python runs a signal handler in the main thread between bytecodes, so while the driver waits in
+    a call to a cluster that is down (30 s for the promotion check) the shard tasks would not hear of
+    the stop and its budget would not start. The wake-up fd is written as the signal arrives; this
+    thread passes it on at once (the handlers stay installed: without them there is no wake-up)."""
+    read, write = os.pipe()
+    os.set_blocking(write, False)
+    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
+    stops = {signal.SIGTERM, signal.SIGINT}
+
+    def forward() -> None:
+        while data := os.read(read, 64):
+            if any(b in stops for b in data):
+                job.request_stop()
+    threading.Thread(target=forward, daemon=True, name="stop-signals").start()
+
+
 def _warn_if_slow(what: str, started: float) -> None:
     """The progress line, lag gauges and discovery share the driver's loop: without this, a cluster
     that answers late (a stalled broker, a partition) only makes the progress line go quiet."""
@@ -641,17 +805,31 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
     job = Replicator(cfg, [metrics, *extra])
     signal.signal(signal.SIGTERM, job.request_stop)
     signal.signal(signal.SIGINT, job.request_stop)
+    if threading.current_thread() is threading.main_thread():
+        _pass_signals_on(job)
     if stop is not None and stop.is_set():
         job.request_stop()
     try:
         job.run()
     except RuntimeFailure as e:
         log.error("%s", e)
+        if job.stop_outcome.unfenced:  # the failure's line does not say what it leaves open
+            _unclean(job)
         return 1
     finally:
         server.close()
-    if job.jvm_lost:
+    # A lost JVM explains cancelled tasks (and how to avoid it); ids left unfenced are said first.
+    if job.jvm_lost and not job.stop_outcome.unfenced:
         log.error("%s", _jvm_gone(job.stop_requested.is_set()), extra={"event": "spark_jvm_lost"})
         return 1
-    log.info("stopped cleanly", extra={"records_total": job.stats.records})
+    if not job.stop_outcome.clean:
+        _unclean(job)
+        return 1
+    log.info("stopped cleanly in %.0f s", job.stopping_for(), extra={"records_total": job.stats.records})
     return 0
+
+
+def _unclean(job: Replicator) -> None:
+    took = job.stopping_for()
+    log.error("%s", job.stop_outcome.line(took), extra={"event": "stop_unclean", "seconds": round(took, 1),
+                                                       "unfenced": len(job.stop_outcome.unfenced)})

@@ -362,7 +362,8 @@ class ShardCopier:
     def _metadata(self, s: PartitionCopy) -> str:
         so, to = s.pair if s.pair is not None else (s.meta.source_offset, s.meta.target_offset)
         s.meta = CommitMetadata(self.source_cluster, s.r.source_topic, self.cfg.shard_count, self.shard, so, to,
-                                self.cfg.name, int(time.time()))
+                                self.cfg.name, int(time.time()),
+                                CommitMetadata.target_cluster_of(self.cfg, self.group, s.r.target_topic))
         return s.meta.encode()
 
 

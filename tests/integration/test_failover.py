@@ -10,6 +10,7 @@ import time
 from pathlib import Path
 
 from confluent_kafka import Consumer
+from confluent_kafka.admin import AdminClient
 
 from replicator.sandbox.jars import classpath
 from tests.index_helpers import committed_offsets
@@ -91,6 +92,10 @@ def test_failover_as_an_application_sees_it(sandbox, unique, tmp_path: Path):
         assert listed.returncode == 0, listed.stdout + listed.stderr
         doc = json.loads(listed.stdout)
         assert doc["source_reachable"] and {g["group"] for g in doc["groups"]} == set(apps)
+        ids = {c.name: AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(timeout=30).cluster_id
+               for c in sandbox.clusters}
+        assert doc["clusters"] == {role: {"bootstrap": getattr(sandbox, role).bootstrap, "cluster_id": ids[role]}
+                                   for role in ("source", "target")}, doc["clusters"]
         assert all(g["state"] == "synced" and g["ahead"] == 0 for g in doc["groups"]), doc
         assert job.sigterm() == 0
 
@@ -103,6 +108,9 @@ def test_failover_as_an_application_sees_it(sandbox, unique, tmp_path: Path):
         assert out.returncode == 0, out.stdout + out.stderr
         report = json.loads(out.stdout)
         assert report["marker"]["kind"] == "failover" and report["fenced_shards"] >= 1
+        # The source is gone: no id for it, the target's as it was.
+        assert report["clusters"]["source"]["cluster_id"] is None, report["clusters"]
+        assert report["clusters"]["target"] == {"bootstrap": dst, "cluster_id": ids["target"]}, report["clusters"]
         assert {g["group"]: g["rpo_offsets"] for g in report["groups"]} == dict.fromkeys(apps, 0)
 
         # The same applications, same group ids, now on the target: every record exactly once.

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from confluent_kafka import Consumer, Producer, TopicPartition
+from confluent_kafka.admin import AdminClient
 
 from replicator.offsets import CommitMetadata
 from tests.kafka_helpers import create_topic, fake_group_offsets, produce_transactional
@@ -233,6 +234,10 @@ def test_verify_require_caught_up_and_text_summary(sandbox, unique):
     produce_transactional(sandbox.source.bootstrap, topic, source_records(5, "more"), f"more-{name}")
     code, text, _ = run_verify(sandbox, topic, name)
     assert code == 0 and "OK:" in text and f"{len(src)} source records" in text
+    ids = {c.name: AdminClient({"bootstrap.servers": c.bootstrap}).list_topics(timeout=30).cluster_id
+           for c in sandbox.clusters}
+    assert (f"source: cluster {ids['source']} at {sandbox.source.bootstrap}; "
+            f"target: cluster {ids['target']} at {sandbox.target.bootstrap}") in text, text
     code, text, _ = run_verify(sandbox, topic, name, "--require-caught-up")
     assert code == 1 and "FAILED" in text and "source end" in text
 
