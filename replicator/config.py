@@ -114,6 +114,9 @@ class ReplicatorConfig:
     groups_exclude: tuple[str, ...] = ()  # on top of the internal groups, which are never synced
     sync_group_offsets: bool = True
     mm2_compatible_checkpoints: bool = False
+    # Application ACLs follow the replication (consumers' READ continuously, producers' WRITE at
+    # promotion: replicator.access.acl_sync); off where the principals may not, or set to false.
+    sync_acls: bool = True
     metrics_port: int = 9400
     metrics_host: str = "0.0.0.0"
     readiness_window_seconds: float = 60.0
@@ -393,6 +396,7 @@ _VALIDATORS: dict[str, Callable[[str, Any], Any]] = {
     "groups_exclude": _regex_list,
     "sync_group_offsets": _boolean,
     "mm2_compatible_checkpoints": _boolean,
+    "sync_acls": _boolean,
     "metrics_port": lambda k, v: _positive_int(k, v, 0, 65535),
     "metrics_host": _host,
     "readiness_window_seconds": _positive_float,
