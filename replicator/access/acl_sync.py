@@ -10,6 +10,7 @@ and the state topic. Without any of them the feature is off, said in one line.
 from __future__ import annotations
 
 import logging
+import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicCollection
@@ -30,8 +31,12 @@ from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 
 log = logging.getLogger("replicator.acl_sync")
+NO_AUTHORIZER = "has no authorizer"  # every principal may do anything there: no ACL to copy or to need
 _EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                               AclPermissionType.ANY)
+# Matches nothing real: asked only to learn whether the cluster has an authorizer at all.
+_NO_ACL = AclBindingFilter(ResourceType.TOPIC, "__replicator.acl-probe", ResourcePatternType.LITERAL, None, None,
+                           AclOperation.ANY, AclPermissionType.ANY)
 
 
 @dataclass
@@ -60,10 +65,16 @@ def missing_permissions(cfg: ReplicatorConfig, source: AdminClient | None, targe
                                   ("target", target, AclOperation.ALTER, "Alter")):
         if admin is None:
             continue
+        try:
+            admin.describe_acls(_NO_ACL, request_timeout=30).result()
+        except KafkaException as e:
+            if e.args[0].code() == KafkaError.SECURITY_DISABLED:  # nothing to copy from, or nothing needed on
+                return [f"the {role} cluster {NO_AUTHORIZER}"]
+            if not permissions.is_authorization_error(e.args[0]):
+                raise
+        # Not authorized to describe the cluster: its operations are not said (None), so none are allowed.
         ops = admin.describe_cluster(include_authorized_operations=True, request_timeout=30).result() \
-            .authorized_operations
-        if ops is None:  # no authorizer: nothing to copy from, or nothing needed on
-            return [f"the {role} cluster has no authorizer"]
+            .authorized_operations or ()
         if op not in ops:
             missing.append(permissions.lacks(cfg, role, [name], f"Cluster '{CLUSTER}'"))
     if missing:
@@ -75,16 +86,27 @@ def missing_permissions(cfg: ReplicatorConfig, source: AdminClient | None, targe
         if not permissions.is_authorization_error(e.args[0]):
             raise
         return [permissions.lacks(cfg, "target", ["Create"], f"Topic '{topic}'")]
-    try:
-        ops = target.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
-                                     request_timeout=30)[topic].result().authorized_operations
-    except KafkaException as e:
-        if not permissions.is_authorization_error(e.args[0]):
-            raise
-        ops = []
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            ops = target.describe_topics(TopicCollection([topic]), include_authorized_operations=True,
+                                         request_timeout=30)[topic].result().authorized_operations
+            break
+        except KafkaException as e:
+            if permissions.is_authorization_error(e.args[0]):
+                ops = []
+                break
+            # Just created: not yet in the metadata of the broker asked.
+            if e.args[0].code() != KafkaError.UNKNOWN_TOPIC_OR_PART or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
     lacking = [n for op, n in ((AclOperation.WRITE, "Write"), (AclOperation.READ, "Read"))
                if ops is not None and op not in ops]
     return [permissions.lacks(cfg, "target", lacking, f"Topic '{topic}'")] if lacking else []
+
+
+def _unsecured(missing: list[str]) -> bool:
+    return any(NO_AUTHORIZER in m for m in missing)
 
 
 def skipped(cfg: ReplicatorConfig, missing: list[str]) -> str:
@@ -95,8 +117,11 @@ def skipped(cfg: ReplicatorConfig, missing: list[str]) -> str:
 class AclSync:
     """Rounds of ACL sync for one job (the target's state loaded once; this job is its only writer)."""
 
-    def __init__(self, cfg: ReplicatorConfig, metrics: AclSyncMetrics | None = None) -> None:
+    def __init__(self, cfg: ReplicatorConfig, metrics: AclSyncMetrics | None = None, replica: bool = True) -> None:
         self.cfg = cfg
+        # The job runs only while the target is a replica: promotion rules left there (a promotion
+        # undone by deleting its marker) are withdrawn. Promotion itself keeps them.
+        self.replica = replica
         self.rename = policy_for(cfg).target_topic
         self.metrics = metrics
         self.state = AclState(cfg)
@@ -127,9 +152,8 @@ class AclSync:
         want, staged = self.wanted(source, topics)
         state, present = self._state(), describe_acls(target)
         ours = state.entries[COPY]
-        # The job runs, so the target is a replica: rules an undone promotion left are withdrawn.
         return Plan(create=want - present,
-                    delete=(ours - want) | state.entries[PROMOTED],
+                    delete=(ours - want) | (state.entries[PROMOTED] if self.replica else set()),
                     stage=staged - state.entries[STAGED], unstage=state.entries[STAGED] - staged,
                     foreign={b for b in want & present if b not in ours})
 
@@ -201,24 +225,32 @@ class AclSyncObserver:
         self.cfg = cfg
         self.metrics = AclSyncMetrics(registry) if registry is not None else None
         self.sync: AclSync | None = None
+        self.decided = False  # whether the principals may: asked until a cluster answered
 
     def on_start(self, job) -> None:
         from replicator.clients import kafka_clients
 
+        self._decide(kafka_clients.source_admin(self.cfg), kafka_clients.target_admin(self.cfg))
+
+    def _decide(self, source: AdminClient, target: AdminClient) -> None:
         try:
-            missing = missing_permissions(self.cfg, kafka_clients.source_admin(self.cfg),
-                                          kafka_clients.target_admin(self.cfg))
+            missing = missing_permissions(self.cfg, source, target)
         except KafkaException as e:
-            log.error("ACL sync not started: %s", e.args[0].str(), extra={"event": "acl_sync_failed"})
+            log.warning("ACL sync not started yet: %s; asking again at the next topic discovery",
+                        e.args[0].str(), extra={"event": "acl_sync_failed"})
             return
+        self.decided = True
         if missing:
-            log.warning("%s", skipped(self.cfg, missing), extra={"event": "acl_sync_skipped"})
+            level = logging.INFO if _unsecured(missing) else logging.WARNING
+            log.log(level, "%s", skipped(self.cfg, missing), extra={"event": "acl_sync_skipped"})
             return
         self.sync = AclSync(self.cfg, self.metrics)
         if self.metrics is not None:
             self.metrics.enabled.set(1)
 
     def on_topics(self, source: AdminClient, target: AdminClient, mappings: list) -> None:
+        if not self.decided:
+            self._decide(source, target)
         if self.sync is None:
             return
         try:
@@ -252,10 +284,10 @@ def promotion_step(cfg: ReplicatorConfig, topics: dict[str, str], live_source: b
         return {"skipped": "sync_acls is off"}, []
     target = kafka_clients.target_admin(cfg)
     source = kafka_clients.source_admin(cfg) if live_source else None
-    sync = AclSync(cfg)
+    sync = AclSync(cfg, replica=False)
     try:
         if missing := missing_permissions(cfg, source, target):
-            return {"skipped": skipped(cfg, missing)}, [skipped(cfg, missing)]
+            return {"skipped": skipped(cfg, missing)}, [] if _unsecured(missing) else [skipped(cfg, missing)]
         copied = set()
         if source is not None and not dry_run:
             copied = sync.run_once(source, target, topics).create
@@ -287,7 +319,7 @@ def failback_step(cfg: ReplicatorConfig, topics: dict[str, str]) -> tuple[dict, 
     sync = AclSync(cfg)
     try:
         if missing := missing_permissions(cfg, source, target):
-            return {"skipped": skipped(cfg, missing)}, [skipped(cfg, missing)]
+            return {"skipped": skipped(cfg, missing)}, [] if _unsecured(missing) else [skipped(cfg, missing)]
         plan = sync.run_once(source, target, topics)
     except (KafkaException, RuntimeError) as e:
         err = e.args[0] if isinstance(e, KafkaException) and e.args else None
