@@ -45,8 +45,14 @@ def ensure_topic(cfg: ReplicatorConfig, target: AdminClient) -> None:
         if e.args[0].code() != _TOPIC_ALREADY_EXISTS:
             raise
     deadline = time.monotonic() + 30
-    while topic not in target.list_topics(topic, timeout=30).topics and time.monotonic() < deadline:
+    while not exists(target, topic) and time.monotonic() < deadline:
         time.sleep(0.2)
+
+
+def exists(client, topic: str) -> bool:
+    """Whether the topic exists (a metadata request for one topic answers even for a missing one)."""
+    md = client.list_topics(topic, timeout=30).topics.get(topic)
+    return md is not None and md.error is None
 
 
 class AclState:
@@ -66,6 +72,9 @@ class AclState:
                                           "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
         found: dict[str, set[Binding]] = {COPY: set(), STAGED: set(), PROMOTED: set()}
         try:
+            if not exists(consumer, self.topic):
+                self.entries = found  # never created: nothing recorded (a dry run creates nothing)
+                return self
             consumer.assign([TopicPartition(self.topic, 0, 0)])
             deadline = time.monotonic() + 60
             while True:

@@ -25,7 +25,7 @@ from confluent_kafka.admin import (
 
 from replicator.access import acl_translate, permissions
 from replicator.access.acl_metrics import AclSyncMetrics
-from replicator.access.acl_state import COPY, PROMOTED, STAGED, AclState, ensure_topic, state_topic
+from replicator.access.acl_state import COPY, PROMOTED, STAGED, AclState, ensure_topic, exists, state_topic
 from replicator.access.acl_translate import CLUSTER, Binding
 from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
@@ -47,7 +47,6 @@ class Plan:
     delete: set[Binding] = field(default_factory=set)  # copies (or promoted rules) the sync made, now unwanted
     stage: set[Binding] = field(default_factory=set)  # promotion rules to record (never applied here)
     unstage: set[Binding] = field(default_factory=set)
-    foreign: set[Binding] = field(default_factory=set)  # wanted, but already on the target: someone else's
 
     def to_dict(self) -> dict[str, list[str]]:
         return {k: [b.describe() for b in sorted(getattr(self, k))] for k in ("create", "delete", "stage", "unstage")}
@@ -57,9 +56,11 @@ def describe_acls(admin: AdminClient) -> set[Binding]:
     return {Binding.of(b) for b in admin.describe_acls(_EVERY_ACL, request_timeout=30).result()}
 
 
-def missing_permissions(cfg: ReplicatorConfig, source: AdminClient | None, target: AdminClient) -> list[str]:
+def missing_permissions(cfg: ReplicatorConfig, source: AdminClient | None, target: AdminClient,
+                        create: bool = True) -> list[str]:
     """What the principals lack for ACL sync, each said as the other degraded features say it; []
-    when it may run (the state topic then exists). `source` None: the source is gone (failover)."""
+    when it may run (the state topic then exists, unless not `create`: a dry run writes nothing).
+    `source` None: the source is gone (failover)."""
     missing = []
     for role, admin, op, name in (("source", source, AclOperation.DESCRIBE, "Describe"),
                                   ("target", target, AclOperation.ALTER, "Alter")):
@@ -80,6 +81,8 @@ def missing_permissions(cfg: ReplicatorConfig, source: AdminClient | None, targe
     if missing:
         return missing
     topic = state_topic(cfg.name)
+    if not create and not exists(target, topic):
+        return []  # nothing was ever recorded: nothing to show either
     try:
         ensure_topic(cfg, target)
     except KafkaException as e:
@@ -154,8 +157,7 @@ class AclSync:
         ours = state.entries[COPY]
         return Plan(create=want - present,
                     delete=(ours - want) | (state.entries[PROMOTED] if self.replica else set()),
-                    stage=staged - state.entries[STAGED], unstage=state.entries[STAGED] - staged,
-                    foreign={b for b in want & present if b not in ours})
+                    stage=staged - state.entries[STAGED], unstage=state.entries[STAGED] - staged)
 
     def apply(self, target: AdminClient, plan: Plan) -> None:
         state = self._state()
@@ -286,7 +288,7 @@ def promotion_step(cfg: ReplicatorConfig, topics: dict[str, str], live_source: b
     source = kafka_clients.source_admin(cfg) if live_source else None
     sync = AclSync(cfg, replica=False)
     try:
-        if missing := missing_permissions(cfg, source, target):
+        if missing := missing_permissions(cfg, source, target, create=not dry_run):
             return {"skipped": skipped(cfg, missing)}, [] if _unsecured(missing) else [skipped(cfg, missing)]
         copied = set()
         if source is not None and not dry_run:
