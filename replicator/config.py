@@ -253,6 +253,13 @@ class ReplicatorConfig:
         False, accepts.boolean, GROUPS, "Also write MirrorMaker 2's `<source_alias>.checkpoints.internal`, for "
         "RemoteClusterUtils and MirrorMaker 2 tooling.")
 
+    # Consumers' READ continuously, producers' WRITE at promotion (replicator.access.acl_sync).
+    sync_acls: bool = option(
+        True, accepts.boolean, GROUPS, "Copy application ACLs to the target: READ/DESCRIBE of replicated topics and "
+        "READ of synced groups while running (ALL becomes READ; WRITE, ALTER and DENY never), the producers' "
+        "WRITE/DESCRIBE at switchover/failover. Off by itself where the job's principals may not describe or create "
+        "ACLs.")
+
     # --- Observability
     metrics_port: int = option(
         9400, accepts.integer(0, 65535), OBSERVABILITY, "Port of /metrics, /healthz and /readyz; 0: any free port.",

@@ -64,6 +64,11 @@ def checkpoints_topic(job_name: str) -> str:
     return f"{INTERNAL_PREFIX}{job_name}.checkpoints"
 
 
+def acl_state_topic(job_name: str) -> str:
+    """What the ACL sync created on the target (compacted, keyed by ACL): the only ACLs it may delete."""
+    return f"{INTERNAL_PREFIX}{job_name}.acls"
+
+
 def marker_topic(job_name: str) -> str:
     """The promotion marker `switchover`/`failover` write."""
     return f"{INTERNAL_PREFIX}{job_name}.promoted"

@@ -131,8 +131,11 @@ def commit_group(box, cluster: str, group: str, topic: str, offsets: dict[int, i
         consumer.close()
 
 
+_RESOURCE_TYPES = {"TRANSACTIONALID": "TRANSACTIONAL_ID", "CLUSTER": "BROKER"}  # confluent-kafka's names
+
+
 def _binding(acl: Acl) -> AclBinding:
-    return AclBinding(getattr(ResourceType, acl.resource_type.upper().replace("TRANSACTIONALID", "TRANSACTIONAL_ID")),
+    return AclBinding(getattr(ResourceType, _RESOURCE_TYPES.get(acl.resource_type.upper(), acl.resource_type.upper())),
                       acl.resource_name, getattr(ResourcePatternType, acl.pattern_type),
                       acl.principal, "*", getattr(AclOperation, _op(acl.operation)), AclPermissionType.ALLOW)
 

@@ -26,7 +26,9 @@ GROUP_SYNC = "group sync"  # optional: consumer-group checkpoints and offset syn
 # optional: the disaster-recovery commands that write or read the promotion marker (switchover,
 # failover, divergence, failback); `run` never needs these, so the job can run without them.
 PROMOTION = "promotion"
-FEATURES = (REQUIRED, CREATE, CONFIG_SYNC, GROUP_SYNC, PROMOTION)
+# optional: application ACLs follow the replication (replicator.access.acl_sync)
+ACL_SYNC = "acl sync"
+FEATURES = (REQUIRED, CREATE, CONFIG_SYNC, GROUP_SYNC, PROMOTION, ACL_SYNC)
 DEFAULT_SOURCE_PRINCIPAL = "User:replicator-source"
 DEFAULT_TARGET_PRINCIPAL = "User:replicator-target"
 
@@ -143,6 +145,8 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
     acls += _grants("target", dst, "Group", "LITERAL", cfg.group,
                     ("Read", REQUIRED, "the offsets group: source offsets are committed into it in each transaction "
                                        "and read back at every start (Read implies Describe)"))
+    if cfg.sync_acls:
+        acls += _acl_sync(cfg, src, dst)
     if cfg.exactly_once:
         acls += _grants("target", dst, "TransactionalId", "PREFIXED", names.transactional_id_prefix(cfg.name),
                         ("Write", REQUIRED, "one transactional producer per shard, `<name>-shard-<n>` (Write implies "
@@ -187,6 +191,23 @@ def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl
                                                "(mm2_compatible_checkpoints)"),
                         ("Write", GROUP_SYNC, "write MirrorMaker 2-format checkpoints (mm2_compatible_checkpoints)"))
     return acls
+
+
+def _acl_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl]:
+    from replicator.access.acl_state import state_topic
+    from replicator.access.acl_translate import CLUSTER
+
+    return [*_grants("source", src, "Cluster", "LITERAL", CLUSTER,
+                     ("Describe", ACL_SYNC, "read the source's ACLs (DescribeAcls) to copy the replicated topics' and "
+                                            "groups' rules")),
+            *_grants("target", dst, "Cluster", "LITERAL", CLUSTER,
+                     ("Alter", ACL_SYNC, "create and delete the copied ACLs (CreateAcls/DeleteAcls; Alter implies the "
+                                         "Describe DescribeAcls needs). It lets the principal grant any ACL: leave it "
+                                         "out to keep application ACLs by hand")),
+            *_grants("target", dst, "Topic", "LITERAL", state_topic(cfg.name),
+                     ("Create", ACL_SYNC, "create the topic recording which ACLs the sync created"),
+                     ("Write", ACL_SYNC, "record each ACL before creating it (only those are ever deleted)"),
+                     ("Read", ACL_SYNC, "load what the sync created; `failover` reads the producers' rules from it"))]
 
 
 _OPTION = {"Topic": "--topic", "Group": "--group", "TransactionalId": "--transactional-id", "Cluster": "--cluster"}

@@ -172,6 +172,7 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
     """The source is gone: fence every shard, write the promotion marker (`run` then refuses this
     direction), commit the last checkpoints into the target groups, and report each group's RPO:
     offsets it had consumed that were never replicated, and the age of its last checkpoint."""
+    from replicator.access import acl_sync
     from replicator.groups.sync import GroupSync
 
     cfg = _load_config(config_file, flags)
@@ -179,6 +180,8 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
         clusters, where = _clusters(cfg, source_timeout=5.0)  # the source is likely gone
         _mappings_from_group(cfg, clusters["target"]["cluster_id"])  # before anything is fenced or written
         fenced, marker = (0, None) if dry_run else _fence_and_mark(cfg, "failover")
+        # Producers' ACLs from what the periodic sync staged (the source is gone); after the fence and marker.
+        acl_doc, acl_lines = acl_sync.promotion_step(cfg, {}, live_source=False, dry_run=dry_run)
         sync = GroupSync(cfg, dry_run=dry_run, source_reachable=False)
         statuses = sync.from_checkpoints(sync=cfg.sync_group_offsets)
         sync.store.close()
@@ -187,6 +190,7 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
         _fail(str(e))
     doc = {"dry_run": dry_run, "clusters": clusters, "fenced_shards": fenced,
            "marker": json.loads(marker.to_json()) if marker else None,
+           "acls": acl_doc,
            "groups": [{**s.to_dict(), "rpo_offsets": s.ahead,
                        "checkpoint_age_seconds": max((p.checkpoint_age_seconds for p in s.partitions), default=None)}
                       for s in statuses]}
@@ -194,7 +198,7 @@ def failover(config_file: str | None, fmt: str, dry_run: bool, **flags) -> None:
             f"failed over: {fenced} shard ids fenced, marker written; `run` now refuses this direction"]
     rpo = [f"  {s.group}: {s.ahead} consumed source offsets not replicated (RPO), last checkpoint "
            f"{max((p.checkpoint_age_seconds for p in s.partitions), default=0):.0f}s before" for s in statuses]
-    _emit(fmt, doc, [where, *head, *_table(statuses), *rpo])
+    _emit(fmt, doc, [where, *head, *_table(statuses), *rpo, *acl_lines])
     sys.exit(_code(statuses))
 
 
@@ -207,6 +211,7 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
     """Planned migration, source up and its producers stopped: wait until replication and every
     selected group are caught up, final checkpoint and sync, fence every shard, write the promotion
     marker; reports zero loss (every source record below the source's end is on the target)."""
+    from replicator.access import acl_sync
     from replicator.clients import kafka_clients
     from replicator.groups.sync import GroupSync
     from replicator.ops.lag import LagReader
@@ -237,6 +242,7 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
             time.sleep(min(2.0, cfg.group_sync_interval_seconds))
         fenced, marker = _fence_and_mark(cfg, "switchover")
         sync.stop()
+        acl_doc, acl_lines = acl_sync.promotion_step(cfg, {m.source: m.target for m in mappings}, live_source=True)
         lost = [c for c in marker.cut if c.source_next >= 0 and c.source_next != next(
             x.source_end for x in lags if x.source_topic == c.source_topic and x.partition == c.partition)]
     except (KafkaException, RuntimeError) as e:
@@ -246,10 +252,10 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
             lag_reader.close()
     doc = {"clusters": clusters, "fenced_shards": fenced, "marker": json.loads(marker.to_json()),
            "lost_partitions": len(lost),
-           "groups": [s.to_dict() for s in statuses]}
+           "groups": [s.to_dict() for s in statuses], "acls": acl_doc}
     _emit(fmt, doc, [where, f"switched over: {fenced} shard ids fenced, marker written, "
                      f"{'zero loss' if not lost else f'{len(lost)} partitions not at the source end'}",
-                     *_table(statuses)])
+                     *_table(statuses), *acl_lines])
     sys.exit(FAILURE if lost else _code(statuses))
 
 
@@ -262,6 +268,7 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
     its offsets start exactly at the failover cut, so `run` with this config copies only what was
     produced on the new primary after it. Run `replicator divergence` first: records the old source
     holds beyond the cut were never replicated and stay where they are."""
+    from replicator.access import acl_sync
     from replicator.clients import kafka_clients
     from replicator.groups import promotion
     from replicator.groups.sync import commit_group
@@ -299,12 +306,14 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
         if refused:
             _fail(f"could not set the reverse job's start: {refused}")
         adopted = _adopt_old_groups(cfg, marker)
+        acl_doc, acl_lines = acl_sync.failback_step(cfg, {c.target_topic: c.source_topic for c in marker.cut})
     except (KafkaException, RuntimeError) as e:
         _fail(str(e))
-    doc = {"reverse_group": cfg.group, "adopted_groups": adopted, "start": [{"topic": t, "partition": p, "offset": o}
-                                                  for (t, p), (o, _) in sorted(offsets.items())]}
+    doc = {"reverse_group": cfg.group, "adopted_groups": adopted, "acls": acl_doc,
+           "start": [{"topic": t, "partition": p, "offset": o} for (t, p), (o, _) in sorted(offsets.items())]}
     _emit(fmt, doc, [f"reverse job {cfg.name!r} starts at the failover cut of {forward_name!r} "
-                     f"({len(offsets)} partitions); start it with `replicator run` and this configuration"])
+                     f"({len(offsets)} partitions); start it with `replicator run` and this configuration",
+                     *acl_lines])
     sys.exit(OK)
 
 

@@ -446,6 +446,9 @@ class Replicator:
                     if known:  # nothing is created on a cluster whose identity is not known
                         self._discover(source, target)
                         next_config_sync = self._sync_configs(source, target, next_config_sync)
+                        for o in self.observers:  # optional hook: ACL sync (replicator.access.acl_sync)
+                            if hasattr(o, "on_topics"):
+                                o.on_topics(source, target, self.mappings)
                 except KafkaException as e:
                     log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
                                 self.cfg.refresh_topics_interval_seconds)
@@ -802,6 +805,10 @@ def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
         from replicator.groups.sync import GroupSyncObserver
 
         extra.append(GroupSyncObserver(cfg, metrics.metrics))
+    if cfg.sync_acls:
+        from replicator.access.acl_sync import AclSyncObserver
+
+        extra.append(AclSyncObserver(cfg, metrics.metrics.registry))
     job = Replicator(cfg, [metrics, *extra])
     signal.signal(signal.SIGTERM, job.request_stop)
     signal.signal(signal.SIGINT, job.request_stop)

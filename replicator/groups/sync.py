@@ -16,18 +16,17 @@ translated exactly (`translate.Translator`), checkpointed on the target (`checkp
 from __future__ import annotations
 
 import logging
-import re
 import threading
 import time
 from dataclasses import dataclass, field
 
 from confluent_kafka import KafkaError, KafkaException, TopicPartition
 
-from replicator import names
 from replicator.access import permissions
 from replicator.clients import kafka_clients, kafka_python_clients
 from replicator.clients.client_errors import is_authorization_error
 from replicator.config import ReplicatorConfig
+from replicator.group_filter import INTERNAL_GROUPS, GroupFilter  # noqa: F401 (re-exported)
 from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState
 from replicator.groups.translate import Translation, Translator
 from replicator.internal_topics import ensure_checkpoint_topics
@@ -36,19 +35,7 @@ from replicator.replication_policy import policy_for
 from replicator.topics import sync as topic_sync
 
 log = logging.getLogger(__name__)
-# Never checkpointed or synced: broker, Connect and tooling internals, MirrorMaker 2's, and every
-# replicator's own groups (offsets groups `__replicator.*`, and the reader groups).
-INTERNAL_GROUPS = (r"__.*", r"console-consumer-.*", r"connect-.*", r"mm2-.*", *names.READER_GROUP_PATTERNS)
 NO_OFFSET = -1001
-
-
-class GroupFilter:
-    def __init__(self, include: str, exclude: tuple[str, ...] = ()) -> None:
-        self._include = re.compile(include)
-        self._exclude = [re.compile(p) for p in (*INTERNAL_GROUPS, *exclude)]
-
-    def accepts(self, group: str) -> bool:
-        return self._include.fullmatch(group) is not None and not any(p.fullmatch(group) for p in self._exclude)
 
 
 @dataclass

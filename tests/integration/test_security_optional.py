@@ -64,8 +64,9 @@ _EXAMPLE = acls.acl_set(config_mod.load({"name": "n", "topics": "t", "groups": "
                                          "source_bootstrap_servers": "a:1", "target_bootstrap_servers": "b:1"},
                                         environ={}), READER, WRITER)
 # The promotion ACLs serve `switchover`/`failover`/`divergence`, not the job: their removal cases are
-# in test_security.py (test_each_missing_promotion_acl_stops_the_command_naming_it).
-OPTIONAL = [a for a in _EXAMPLE if a.feature not in (acls.REQUIRED, acls.PROMOTION)]
+# in test_security.py (test_each_missing_promotion_acl_stops_the_command_naming_it). ACL sync starts
+# with the query, not in the pre-flight: its removal cases are in test_acl_sync.py.
+OPTIONAL = [a for a in _EXAMPLE if a.feature not in (acls.REQUIRED, acls.PROMOTION, acls.ACL_SYNC)]
 
 
 def _expected(a: acls.Acl) -> str | None:

@@ -38,7 +38,7 @@ def test_source_is_only_read_and_required_set_is_minimal():
     entries = acls.acl_set(_cfg(topics="orders", name="dr"), "User:r", "User:w")
     source = {(a.operation, a.feature) for a in entries if a.cluster == "source"}
     assert source == {("Read", acls.REQUIRED), ("Describe", acls.REQUIRED), ("DescribeConfigs", acls.CONFIG_SYNC),
-                      ("Describe", acls.GROUP_SYNC)}
+                      ("Describe", acls.GROUP_SYNC), ("Describe", acls.ACL_SYNC)}
     assert {a.operation for a in entries if a.cluster == "source"} <= {"Read", "Describe", "DescribeConfigs"}
     required = {(a.resource_type, a.pattern_type, a.resource_name, a.operation) for a in entries
                 if a.cluster == "target" and a.feature == acls.REQUIRED}
@@ -53,7 +53,8 @@ def test_source_is_only_read_and_required_set_is_minimal():
 def test_prefix_policy_and_at_least_once_change_the_target_resources():
     entries = acls.acl_set(_cfg(topics="orders", name="dr", replication_policy="prefix", source_alias="west",
                                 guarantee="at-least-once"))
-    assert {a.resource_name for a in entries if a.cluster == "target" and a.resource_type == "Topic"} == {"west.orders"}
+    assert {a.resource_name for a in entries if a.cluster == "target" and a.resource_type == "Topic"
+            and a.feature != acls.ACL_SYNC} == {"west.orders"}
     assert not [a for a in entries if a.resource_type == "TransactionalId"]
 
 
@@ -71,7 +72,8 @@ def test_command_prints_kafka_acls_lines_and_json(tmp_path):
     assert "hunter2" not in out.output
     rows = json.loads(CliRunner().invoke(main, ["acls", "--config", str(cfg), "--format", "json",
                                                 "--without", "topic-creation", "--without", "config-sync",
-                                                "--without", "group-sync", "--without", "promotion"]).output)
+                                                "--without", "group-sync", "--without", "promotion",
+                                                "--without", "acl-sync"]).output)
     assert {r["feature"] for r in rows} == {acls.REQUIRED} and len(rows) == 8
 
 
