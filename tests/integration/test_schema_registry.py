@@ -160,11 +160,32 @@ def test_dr_consumer_decodes_every_record_on_the_same_ids_after_failover(sandbox
         sandbox.source.start()
         sandbox.source.wait_ready()
 
-    # ... and failing back, the old source's registry gets it under the same id (it runs the other way).
+    # ... and fail back: the reverse job copies the new record to the old source, whose registry
+    # lacks its schema until the sync runs the other way; then it gets it under the same id.
+    rev = f"srback-{unique}"
+    rev_conn = ["--source-bootstrap-servers", dst, "--target-bootstrap-servers", src, "--topics", topic,
+                "--name", rev]
+    out = _cli("failback", *rev_conn, "--forward-name", name, "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    dst_ends = end_offsets(dst, topic, PARTITIONS)
+    with ReplicatorProcess(sandbox, topic, rev, tmp_path / "rev.log", "--shards", "1",
+                           source=sandbox.target, target=sandbox.source) as job:
+        wait_until(lambda: {p: o for (t, p), o in fake_group_offsets(src, f"__replicator.{rev}").items()
+                            if t == topic} == dst_ends, 300, "the reverse copy", job, interval=2)
+        assert job.sigterm() == 0
+    behind = _cli("verify", *rev_conn, "--target-schema-registry", src_reg.url)
+    lacking = [line for line in behind.stdout.splitlines() if "which the target's schema registry" in line]
+    assert lacking and all(f"refer to schema id {v3}," in line for line in lacking), behind.stdout
+    assert behind.returncode == 1
     back = _schemas_cli("sync", "--from", dst_reg.url, "--to", src_reg.url, "--format", "json")
     assert back.returncode == 0, back.stdout + back.stderr
     assert json.loads(back.stdout)["copied"] == [{"subject": subject, "version": 3, "id": v3}]
     assert json.loads(src_reg.schema(v3)["schema"]) == ORDER_V3
+    fixed = _cli("verify", *rev_conn, "--target-schema-registry", src_reg.url)
+    assert "which the target's schema registry" not in fixed.stdout, fixed.stdout
+    on_old = [_decode(src_reg, m.value()) for msgs in read_all(src, topic, PARTITIONS).values() for m in msgs]
+    assert (v3, {"id": 5000, "item": "x", "qty": 2, "note": "dr"}) in on_old
+    assert sorted(rec["id"] for _, rec in on_old) == [*range(1_200), 5000]
 
     # Split brain: both sides registered a new schema after the failover; they got the same id. The
     # failback sync refuses to register (the old source would otherwise hold two schemas' data under one
