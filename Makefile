@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 # to its newest three sessions, which deleted the live directories of concurrent sessions of one user.
 pytest = $(BIN)/pytest --basetemp=$(CURDIR)/.pytest-tmp/$(1)
 
-.PHONY: demo test lint unit integration chaos versions bench bench-proxy bench-index jars debs containertools image image-test spark-classes clean sandbox-up sandbox-down soak
+.PHONY: demo test lint unit integration chaos versions bench bench-proxy bench-index jars registry debs containertools image image-test spark-classes clean sandbox-up sandbox-down soak
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -18,6 +18,11 @@ $(STAMP): pyproject.toml
 
 jars: $(STAMP)
 	$(BIN)/replicator sandbox fetch
+
+# The sandbox's schema registry (Apicurio, built once from Maven Central into the cache; first time
+# ~150 MB of Maven downloads): tests/integration/test_schema_registry.py.
+registry: $(STAMP)
+	$(BIN)/python -m replicator.sandbox.registry fetch
 
 # Debian packages used by tests (Prometheus server and promtool; iptables for the chaos harness's
 # network partitions); installed as root when missing.
@@ -66,7 +71,7 @@ spark-classes: $(STAMP)
 # idle more than half the time, waiting on brokers, timeouts and restarts. A file stays on one worker,
 # and the longest files go first (conftest.py's order, kept by --no-loadscope-reorder).
 TEST_WORKERS ?= 2
-test: $(STAMP) jars debs lint deploytools spark-classes | .pytest-tmp
+test: $(STAMP) jars registry debs lint deploytools spark-classes | .pytest-tmp
 	REPLICATOR_SPARK_CLASS_CACHE=$(TEST_CLASS_CACHE) $(call pytest,test) -q --durations=30 \
 	  -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder \
 	  -m "not chaos and not image and not versions and not soak" tests

@@ -25,6 +25,7 @@ class _LazyGroup(click.Group):
         "groups": "replicator.commands.groups:groups",
         "switchover": "replicator.commands.groups:switchover",
         "lag": "replicator.commands.lag:lag",
+        "schemas": "replicator.commands.schemas:schemas",
         "topics": "replicator.commands.topics:topics",
         "verify": "replicator.commands.verify:verify",
     }

@@ -40,6 +40,7 @@ from replicator.commands.options import _load_config, connection_options
 from replicator.config import ReplicatorConfig
 from replicator.engine import transactional_ids
 from replicator.offsets import CommitMetadata
+from replicator.ops.schema_registry import Registry, RegistryError, referenced_ids, registry_behind, registry_option
 from replicator.replication_policy import policy_for
 from replicator.topics.filter import TopicFilter
 
@@ -622,6 +623,17 @@ def _why_nothing(report: Report) -> str:
     return why + ". Is --name (or --offsets-group) the job's? A running job commits within seconds of copying."
 
 
+def _schema_registry_behind(cfg: ReplicatorConfig, report: Report, registry: Registry) -> list[str]:
+    from replicator.clients.kafka_clients import target_probe
+
+    consumer = target_probe(cfg)
+    try:
+        uses = referenced_ids(consumer, [(p.target_topic, p.partition) for p in report.partitions])
+    finally:
+        consumer.close()
+    return registry_behind(uses, registry)
+
+
 @click.command()
 @connection_options
 @click.option("--ground-truth", type=click.Path(exists=True, dir_okay=False), multiple=True,
@@ -633,8 +645,11 @@ def _why_nothing(report: Report) -> str:
               help="Offsets group behind the source's end is a violation (source producers stopped).")
 @click.option("--format", "fmt", type=click.Choice(["text", "json"]), default="text")
 @click.option("--progress/--no-progress", default=None, help="Progress bar on stderr (default: when a tty).")
+@click.option("--target-schema-registry", "registry", metavar="URL", callback=registry_option,
+              help="Also a violation: a target record (key or value in the Confluent wire format) whose schema id "
+                   "this registry (Confluent API base URL) does not have.")
 def verify(config_file: str | None, ground_truth: tuple[str, ...], quiesced: bool, require_caught_up: bool,
-           fmt: str, progress: bool | None, **flags) -> None:
+           fmt: str, progress: bool | None, registry: Registry | None, **flags) -> None:
     """Audit a replication: compare source and target record by record up to the offsets group.
 
     Exit 0 when the target holds exactly the source's committed records, 1 on any violation, when
@@ -645,7 +660,9 @@ def verify(config_file: str | None, ground_truth: tuple[str, ...], quiesced: boo
     show = sys.stderr.isatty() if progress is None else progress
     try:
         report = Auditor(cfg, truth, quiesced, require_caught_up, show).run()
-    except VerifyError as e:
+        if registry:
+            report.violations += _schema_registry_behind(cfg, report, registry)
+    except (VerifyError, RegistryError) as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(1)
     click.echo(json.dumps(report.to_dict(), indent=2) if fmt == "json" else _summary(report))
