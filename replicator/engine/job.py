@@ -613,7 +613,7 @@ class Replicator:
             log.warning("Spark did not stop within its share of shutdown_timeout_seconds (%.0f s in)", budget.elapsed())
             self.stop_outcome.tasks_not_ended = self.stop_outcome.tasks_not_ended or budget.elapsed()
         elif (e := stopping.error()) is not None:
-            self.jvm_lost = self.jvm_lost or session.jvm_ended()
+            self.jvm_lost = self.jvm_lost or isinstance(e, session.JvmGone) or session.jvm_ended()
             if not self.jvm_lost:
                 log.warning("spark stop: %s", e)
         if not observers.done(budget.left(SPARK_STOP)):

@@ -211,12 +211,32 @@ def jvm_ended(wait_s: float = 10.0) -> bool:
     return True
 
 
+class JvmGone(RuntimeError):
+    """The Spark JVM stopped answering the driver."""
+
+
+def _check_jvm_answers() -> None:
+    from py4j.protocol import Py4JError
+    from pyspark import SparkContext
+
+    gateway = SparkContext._gateway
+    if gateway is None:
+        return
+    try:
+        gateway.jvm.java.lang.System.nanoTime()
+    except Py4JError as e:
+        raise JvmGone(f"the Spark JVM stopped answering: {e}") from e
+
+
 def stop(spark) -> None:
     """Stops Spark; after a run that recorded a class-data archive, lets the JVM exit (it writes the
-    archive then) and publishes the archive only if the JVM exited cleanly."""
+    archive then) and publishes the archive only if the JVM exited cleanly. Raises JvmGone when the JVM
+    no longer answers: pyspark turns that into a warning during stop, which a caller cannot tell from a
+    clean stop."""
     spark.stop()
     global _recording
     if _recording is None:
+        _check_jvm_answers()
         return
     (pending, archive), _recording = _recording, None
     from pyspark import SparkContext
