@@ -164,10 +164,10 @@ def run(config_file: str | None, **flags) -> None:
     crash_traces()
     cfg = _load_config(config_file, flags)
     from replicator import logs
-    from replicator.engine import job
+    from replicator.engine import service
 
     logs.configure(cfg.log_format, cfg.log_level)
-    sys.exit(job.run(cfg, stop=stop))
+    sys.exit(service.run(cfg, stop=stop))
 
 
 if __name__ == "__main__":

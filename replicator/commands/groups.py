@@ -112,7 +112,7 @@ def groups(config_file: str | None, fmt: str, **flags) -> None:
 def _fence_and_mark(cfg, kind: str):
     from replicator.access import permissions
     from replicator.clients import kafka_clients
-    from replicator.engine.job import fence_previous_layouts
+    from replicator.engine.fencing import fence_previous_layouts
     from replicator.groups import promotion
     from replicator.topics import sync as topic_sync
 

@@ -1,15 +1,13 @@
-"""The long-running driver: pre-flight checks, fencing, the streaming query, progress and shutdown."""
+"""One run of the job, the driver's side: Spark and the streaming query started after the pre-flight,
+progress, lag, discovery and the cluster checks while it runs, and the bounded shutdown."""
 
 from __future__ import annotations
 
 import logging
-import os
 import shutil
-import signal
 import tempfile
 import threading
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Protocol
 
@@ -17,19 +15,20 @@ from confluent_kafka import KafkaException
 from py4j.protocol import Py4JError
 from pyspark.errors import StreamingQueryException
 
-from replicator.access import permissions
 from replicator.clients import kafka_clients
-from replicator.clients.client_errors import transient
 from replicator.config import ReplicatorConfig
 from replicator.engine import cluster_identity, heap, transactional_ids
 from replicator.engine import spark_session as session
+from replicator.engine.failures import RuntimeFailure, TransientQueryFailure
+from replicator.engine.fencing import fence_current_layout
+from replicator.engine.preflight import pin_target, preflight
 from replicator.engine.spark_session import spark_session
 from replicator.engine.stop_budget import FENCING, QUERY_STOP, SPARK_STOP, TASKS_END, StopBudget, StopOutcome
 from replicator.engine.task_control import ControlServer
+from replicator.engine.task_slots import check_task_slots
 from replicator.groups import promotion
 from replicator.groups.index_topic import ensure_index_topic
-from replicator.offsets import read_group
-from replicator.ops.lag import LagReader, LagUnavailable, PartitionLag, partition_lags
+from replicator.ops.lag import LagReader, LagUnavailable
 from replicator.topics import sync as topic_sync
 
 log = logging.getLogger("replicator.job")
@@ -59,16 +58,7 @@ QUERY_RESTART_BACKOFF_MAX_S = 60.0
 # this often (a target topic deleted behind the job's back is created again): at 5,000 partitions,
 # reading both clusters' metadata every refresh was a third of an idle driver's CPU (BENCHMARKS.md).
 TARGET_RECHECK_S = 60.0
-_PREPARE_RETRY_S = 30.0  # a fresh cluster's brokers learning of topics the pre-flight just created
 PRODUCER_WARMUP_S = 10.0  # kafka_clients.target_producer's metadata wait before init_transactions()
-
-
-class RuntimeFailure(RuntimeError):
-    """A failure while running (exit code 1): the message says what and where."""
-
-
-class TransientQueryFailure(RuntimeFailure):
-    """The streaming query failed on one of TRANSIENT_QUERY_FAILURES: a new query may succeed."""
 
 
 class JobObserver(Protocol):
@@ -78,203 +68,6 @@ class JobObserver(Protocol):
     def on_batch(self, stats: dict) -> None: ...  # committed transactions' stats (live; "batches": 1 at a batch end)
     def on_lag(self, lags: list) -> None: ...  # list[PartitionLag], every PROGRESS_INTERVAL_S
     def on_stop(self) -> None: ...
-
-
-def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = None,
-              on_lags: Callable[[list[PartitionLag]], None] | None = None,
-              on_clusters: Callable[[cluster_identity.Clusters, bool], None] | None = None,
-              ) -> tuple[ReplicatorConfig, list[topic_sync.TopicMapping]]:
-    """Everything that must hold before the first record moves. Returns the config with the optional
-    features switched off that the principals' ACLs do not allow, and the topic mappings.
-    `on_reachable` is called once both clusters answered (the job starts Spark then); `on_lags` gets
-    the lag lookup made after fencing (the fake group's offsets as this client's coordinator said);
-    `on_clusters` the clusters found behind the addresses, checked, and whether the target was pinned
-    on the source (cluster_identity)."""
-    from replicator.clients import tls_files
-
-    for role in ("source", "target"):
-        servers = getattr(cfg, f"{role}_bootstrap_servers")
-        if problems := tls_files.problems(cfg.client_properties(role)):
-            raise RuntimeFailure(f"cannot connect to the {role} cluster at {servers}: {'; '.join(problems)}")
-    source_errors: list[str] = []
-    target_errors: list[str] = []
-    try:
-        source = kafka_clients.source_admin(cfg, source_errors)
-    except KafkaException as e:  # librdkafka refuses the TLS/SASL settings themselves
-        raise RuntimeFailure(f"cannot connect to the source cluster at {cfg.source_bootstrap_servers}: "
-                             f"{e.args[0].str()}") from None
-    try:
-        target = kafka_clients.target_admin(cfg, target_errors)
-    except KafkaException as e:
-        raise RuntimeFailure(f"cannot connect to the target cluster at {cfg.target_bootstrap_servers}: "
-                             f"{e.args[0].str()}") from None
-    ids = {}
-    for role, admin, servers, errors in (("source", source, cfg.source_bootstrap_servers, source_errors),
-                                         ("target", target, cfg.target_bootstrap_servers, target_errors)):
-        try:
-            ids[role] = admin.list_topics(timeout=20).cluster_id or ""
-        except KafkaException as e:
-            admin.poll(0)  # serves the error callback
-            cause = f" ({errors[-1]})" if errors else ""
-            raise RuntimeFailure(f"cannot reach the {role} cluster at {servers}: {e.args[0].str()}{cause}") from None
-    if on_reachable is not None:
-        on_reachable()
-    try:
-        clusters = cluster_identity.Clusters(ids["source"], ids["target"], cluster_identity.pin_permitted(cfg, source))
-    except KafkaException as e:
-        raise RuntimeFailure(f"describing the group {cluster_identity.pin_group(cfg)!r} on the source failed: "
-                             f"{e.args[0].str()}") from None
-    log.info("source: cluster %s at %s; target: cluster %s at %s", clusters.source, cfg.source_bootstrap_servers,
-             clusters.target, cfg.target_bootstrap_servers,
-             extra={"event": "clusters", "source_cluster": clusters.source, "target_cluster": clusters.target})
-    try:  # before anything is written to either cluster
-        cluster_identity.check_at_start(cfg, clusters, sorted(topic_sync.discover(cfg, source)))
-    except cluster_identity.ClusterChanged as e:
-        raise RuntimeFailure(str(e)) from None
-    except KafkaException as e:
-        raise RuntimeFailure(f"reading which clusters job {cfg.name!r} replicated between failed: "
-                             f"{e.args[0].str()}") from None
-    if promotion.promoted(target, cfg.name):
-        raise RuntimeFailure(
-            f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
-            f"replicating into it again in this direction would split the brain. Fail back with a reverse "
-            f"job (see README, Disaster recovery), or delete that topic to resume this direction deliberately.")
-    checked = cfg
-    deadline = time.monotonic() + _PREPARE_RETRY_S
-    while True:
-        try:
-            cfg = checked
-            selected = topic_sync.discover(cfg, source)
-            permissions.check_source(cfg, source, selected)
-            permissions.check_source_group(cfg, source)
-            cfg = permissions.check_source_configs(cfg, source, selected)
-            # Checked before creating anything (what creation would skip), and again after it (topics
-            # that did not exist before): no record or offset is written until every check passed.
-            cfg = permissions.check_target(cfg, target, selected)
-            mappings = topic_sync.ensure_target_topics(cfg, source, target, selected)
-            ensure_index_topic(cfg, target, [m.target for m in mappings])
-            cfg = permissions.check_target(cfg, target, selected, quiet=True)
-            permissions.check_group(cfg, target)
-            permissions.check_promotion_marker(cfg, target)
-            break
-        except permissions.PermissionDenied as e:
-            raise RuntimeFailure(str(e)) from None
-        except KafkaException as e:
-            # A topic just created is not yet known to every broker of a fresh multi-broker cluster
-            # (UNKNOWN_TOPIC_OR_PART from the next check: seen in make test's three-broker run). Every
-            # step here is a check or an idempotent creation, so asking again is safe.
-            err = kafka_clients.kafka_error(e)
-            if err is None or not transient(err) or time.monotonic() >= deadline:
-                raise RuntimeFailure(f"preparing target topics failed: {e}") from None
-            time.sleep(0.5)
-        except RuntimeError as e:
-            raise RuntimeFailure(f"preparing target topics failed: {e}") from None
-    if not mappings:
-        log.warning("no source topic matches the selection yet; new topics are picked up every %ss",
-                    cfg.refresh_topics_interval_seconds)
-    # Fenced before the group's offsets are read (fence_previous_layouts says why); no record has
-    # moved yet either way: fencing only aborts what earlier writers left open.
-    try:
-        fence_previous_layouts(cfg)
-    except transactional_ids.FenceError as e:
-        raise RuntimeFailure(str(e)) from None
-    try:
-        lags = partition_lags(cfg, mappings)
-    except LagUnavailable as e:
-        raise RuntimeFailure(f"reading the offsets group {cfg.group!r} and the source's ends failed: {e}") from None
-    if on_lags is not None:
-        on_lags(lags)
-    for lag in lags:
-        if lag.committed > lag.source_end:
-            raise RuntimeFailure(
-                f"the offsets group {cfg.group!r} on the target says {lag.target_topic}[{lag.partition}] is "
-                f"copied up to source offset {lag.committed}, beyond the source's end {lag.source_end}: "
-                f"the group was written by another job or the source topic was recreated. Use another "
-                f"--name/--offsets-group, or delete the group to start over.")
-    pinned = _pin(cfg, clusters, mappings)
-    if on_clusters is not None:
-        on_clusters(clusters, pinned)
-    return cfg, mappings
-
-
-def _pin(cfg: ReplicatorConfig, clusters: cluster_identity.Clusters, mappings: list[topic_sync.TopicMapping]) -> bool:
-    try:
-        return cluster_identity.pin(cfg, clusters, [m.source for m in mappings])
-    except KafkaException as e:  # the next start or refresh pins it; copying does not depend on it
-        log.warning("could not pin the target cluster on the source: %s", e.args[0].str(),
-                    extra={"event": "cluster_pin_failed"})
-        return False
-
-
-def fence_previous_layouts(cfg: ReplicatorConfig) -> int:
-    """init_transactions() on every transactional id an earlier run could hold, before any new write:
-    the current layout's, every layout (job name, shard count) the fake group records, and every id
-    of those names the target's transaction coordinators still list (which covers a layout that was
-    killed before its first commit). Fences their zombies and aborts what they left open.
-
-    The ids that need no group read are fenced first: a run killed between sending its offsets and
-    committing leaves them pending, and the group's stable offsets wait for that transaction to end
-    (OffsetFetch answers UNSTABLE_OFFSET_COMMIT), so reading the group first made a restart after
-    SIGKILL wait out the transaction timeout (60 s) whenever the kill hit a commit."""
-    if not cfg.exactly_once:
-        return 0
-    current = {transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)}
-    listed = _listed(cfg, {cfg.name})
-    first = transactional_ids.to_fence(cfg, [], listed)
-    _fence(cfg, first)
-    reader = kafka_clients.group_reader(cfg)
-    try:
-        committed = read_group(reader)
-    finally:
-        reader.close()
-    layouts = {(c.metadata.job or cfg.name, c.metadata.shards) for c in committed.values() if c.metadata}
-    damaged = sorted(f"{t}[{p}]" for (t, p), c in committed.items() if c.damaged)
-    if damaged:
-        log.warning("the offsets group %r holds unreadable metadata for %s: the layout that wrote it is unknown; "
-                    "fencing every id of job %r the target's coordinators list", cfg.group, ", ".join(damaged),
-                    cfg.name, extra={"event": "damaged_metadata", "partitions": len(damaged)})
-    others = {name for name, _ in layouts} - {cfg.name}
-    ids = transactional_ids.to_fence(cfg, layouts, listed + (_listed(cfg, others) if others else []))
-    earlier = sorted(set(ids) - current)
-    if earlier:
-        # Recorded in the group, or only known to the coordinators (a layout that never committed).
-        log.info("shard layout changed (recorded: %s; now %d shards of %s): fencing %d transactional ids of "
-                 "earlier layouts, e.g. %s", sorted(layouts) or "none", cfg.shard_count, cfg.name, len(earlier),
-                 ", ".join(earlier[:3]), extra={"event": "fencing", "ids": len(ids)})
-    done = set(first)
-    _fence(cfg, [i for i in ids if i not in done])
-    return len(ids)
-
-
-def _listed(cfg: ReplicatorConfig, names: set[str]) -> list[str]:
-    try:
-        return transactional_ids.listed(cfg, names)
-    except Exception as e:  # noqa: BLE001 - kafka-python's errors; any of them means "not proven fenced"
-        raise transactional_ids.FenceError(
-            f"cannot list the target's transactions to find earlier writers of job(s) {sorted(names)}: {e}") from None
-
-
-def _fence(cfg: ReplicatorConfig, ids: list[str]) -> None:
-    try:
-        transactional_ids.fence(cfg, ids)
-    except transactional_ids.FenceError as e:
-        for txn_id, cause in e.failures:
-            if permissions.is_authorization_error(kafka_clients.kafka_error(cause)):
-                raise RuntimeFailure(str(permissions.transactional_id_denied(cfg, txn_id))) from None
-        raise
-
-
-def fence_current_layout(cfg: ReplicatorConfig, timeout: float | None = None) -> int:
-    """At exit: abort whatever an interrupted task left open now, not at the transaction timeout.
-    Returns how many ids it fenced; FenceError names those it could not within `timeout`."""
-    if not cfg.exactly_once:
-        return 0
-    ids = [transactional_ids.shard_id(cfg.name, s) for s in range(cfg.shard_count)]
-    if timeout is None:
-        transactional_ids.fence(cfg, ids)
-    else:
-        transactional_ids.fence(cfg, ids, timeout)
-    return len(ids)
 
 
 class Replicator:
@@ -544,7 +337,7 @@ class Replicator:
         """Pins the target on the source once a topic is replicated, and again before the source's
         offsets retention could expire the pin (the offsets refresh's interval, a day by default)."""
         due = self._pinned_at is None or time.monotonic() - self._pinned_at >= self.cfg.offsets_refresh_interval_seconds
-        if self.clusters is not None and self.mappings and due and _pin(self.cfg, self.clusters, self.mappings):
+        if self.clusters is not None and self.mappings and due and pin_target(self.cfg, self.clusters, self.mappings):
             self._pinned_at = time.monotonic()
 
     def _promoted(self, target) -> bool:
@@ -709,66 +502,15 @@ def _stop_spark(spark) -> None:
             log.warning("spark stop: %s", e)
 
 
-def check_task_slots(cfg: ReplicatorConfig, spark) -> None:
-    """Every shard's task runs for a whole batch: a shard without a slot of its own would wait a whole
-    batch duration for one, each batch."""
-    slots = _task_slots(spark)
-    if slots is not None and cfg.shard_count > slots:
-        raise RuntimeFailure(
-            f"{cfg.shard_count} shards need {cfg.shard_count} concurrent Spark task slots, but master "
-            f"{cfg.spark_master} offers {slots}: each shard's task runs for batch_duration_seconds "
-            f"({cfg.batch_duration_seconds:g}s). Lower `shards` or give Spark more cores (local[N], "
-            f"spark.executor.instances x spark.executor.cores, spark.cores.max).")
-
-
-def _task_slots(spark) -> int | None:
-    conf = spark.sparkContext.getConf()
-    per_task = int(conf.get("spark.task.cpus", "1"))
-    master = conf.get("spark.master", "")
-    if master.startswith("local"):
-        return spark.sparkContext.defaultParallelism // per_task
-    if conf.contains("spark.cores.max"):
-        return int(conf.get("spark.cores.max")) // per_task
-    if conf.contains("spark.executor.instances") and conf.contains("spark.executor.cores"):
-        return int(conf.get("spark.executor.instances")) * int(conf.get("spark.executor.cores")) // per_task
-    return None  # a cluster sized elsewhere (dynamic allocation, the whole standalone cluster)
-
-
 def _driver_host(cfg: ReplicatorConfig, spark) -> str:
     if cfg.spark_master.startswith("local"):
         return "127.0.0.1"
     return spark.sparkContext.getConf().get("spark.driver.host", "127.0.0.1")
 
 
-def _jvm_gone(stopping: bool) -> str:
-    """The driver lost its Spark JVM: one line that says why it likely happened and what is safe."""
-    why = ("while the job was stopping: the stop signal reached the JVM too. Send SIGTERM to the "
-           "replicator's own PID, as Kubernetes does (systemd: KillMode=mixed; timeout: --foreground)"
-           if stopping else "unexpectedly (killed, or out of memory)")
-    return (f"the Spark JVM ended {why}. Transactions its shard tasks left open were aborted at shutdown "
-            "(or else are at the next start, which resumes from the target's offsets)")
-
-
 def _describe(e: BaseException) -> str:
     err = kafka_clients.kafka_error(e)
     return err.str() if err is not None else f"{type(e).__name__}: {e}"
-
-
-def _pass_signals_on(job: Replicator) -> None:
-    """Python runs a signal handler in the main thread between bytecodes, so while the driver waits in
-    a call to a cluster that is down (30 s for the promotion check) the shard tasks would not hear of
-    the stop and its budget would not start. The wake-up fd is written as the signal arrives; this
-    thread passes it on at once (the handlers stay installed: without them there is no wake-up)."""
-    read, write = os.pipe()
-    os.set_blocking(write, False)
-    signal.set_wakeup_fd(write, warn_on_full_buffer=False)
-    stops = {signal.SIGTERM, signal.SIGINT}
-
-    def forward() -> None:
-        while data := os.read(read, 64):
-            if any(b in stops for b in data):
-                job.request_stop()
-    threading.Thread(target=forward, daemon=True, name="stop-signals").start()
 
 
 def _warn_if_slow(what: str, started: float) -> None:
@@ -785,58 +527,3 @@ def _root_cause(error) -> str:
         if marker in text:
             return text.split(marker, 1)[1].splitlines()[0]
     return text.splitlines()[0] if text else repr(error)
-
-
-def run(cfg: ReplicatorConfig, observers: list[JobObserver] | None = None,
-        stop: threading.Event | None = None) -> int:
-    """Runs until SIGTERM/SIGINT (or `stop` is set); returns the process exit code."""
-    from replicator.ops.health import HealthServer
-    from replicator.ops.metrics import MetricsObserver
-
-    metrics = MetricsObserver(cfg)
-    try:
-        server = HealthServer(cfg.metrics_host, cfg.metrics_port, metrics.metrics.exposition, metrics.readiness)
-    except OSError as e:
-        log.error("%s", e)
-        return 1
-    server.start()
-    extra = list(observers or [])
-    if cfg.translation_index and cfg.exactly_once:
-        from replicator.groups.sync import GroupSyncObserver
-
-        extra.append(GroupSyncObserver(cfg, metrics.metrics))
-    if cfg.sync_acls:
-        from replicator.access.acl_sync import AclSyncObserver
-
-        extra.append(AclSyncObserver(cfg, metrics.metrics.registry))
-    job = Replicator(cfg, [metrics, *extra])
-    signal.signal(signal.SIGTERM, job.request_stop)
-    signal.signal(signal.SIGINT, job.request_stop)
-    if threading.current_thread() is threading.main_thread():
-        _pass_signals_on(job)
-    if stop is not None and stop.is_set():
-        job.request_stop()
-    try:
-        job.run()
-    except RuntimeFailure as e:
-        log.error("%s", e)
-        if job.stop_outcome.unfenced:  # the failure's line does not say what it leaves open
-            _unclean(job)
-        return 1
-    finally:
-        server.close()
-    # A lost JVM explains cancelled tasks (and how to avoid it); ids left unfenced are said first.
-    if job.jvm_lost and not job.stop_outcome.unfenced:
-        log.error("%s", _jvm_gone(job.stop_requested.is_set()), extra={"event": "spark_jvm_lost"})
-        return 1
-    if not job.stop_outcome.clean:
-        _unclean(job)
-        return 1
-    log.info("stopped cleanly in %.0f s", job.stopping_for(), extra={"records_total": job.stats.records})
-    return 0
-
-
-def _unclean(job: Replicator) -> None:
-    took = job.stopping_for()
-    log.error("%s", job.stop_outcome.line(took), extra={"event": "stop_unclean", "seconds": round(took, 1),
-                                                       "unfenced": len(job.stop_outcome.unfenced)})

@@ -10,7 +10,7 @@ import pytest
 from confluent_kafka import KafkaException, Producer, TopicPartition
 
 from replicator.config import ReplicatorConfig
-from replicator.engine import job
+from replicator.engine import fencing
 from replicator.engine.transactional_ids import FenceError
 from replicator.offsets import CommitMetadata
 from tests.kafka_helpers import assert_identical, create_topic, end_offsets, fake_group_offsets
@@ -55,7 +55,7 @@ def test_a_layout_killed_before_its_first_commit_is_fenced(sandbox, unique):
     create_topic(sandbox.target.bootstrap, topic)
     zombie = open_transaction(sandbox.target.bootstrap, f"{name}-shard-4", topic)
     cfg = ReplicatorConfig(name=name, shards=2, target_bootstrap_servers=sandbox.target.bootstrap)
-    assert job.fence_previous_layouts(cfg) >= 3
+    assert fencing.fence_previous_layouts(cfg) >= 3
     assert_fenced(zombie, sandbox.target.bootstrap, topic)
 
 
@@ -67,7 +67,7 @@ def test_a_renamed_job_fences_the_ids_of_its_old_name(sandbox, unique):
     zombie = open_transaction(sandbox.target.bootstrap, f"{old}-shard-0", topic, group, meta)
     cfg = ReplicatorConfig(name=new, offsets_group=group, shards=1,
                            target_bootstrap_servers=sandbox.target.bootstrap)
-    job.fence_previous_layouts(cfg)
+    fencing.fence_previous_layouts(cfg)
     assert_fenced(zombie, sandbox.target.bootstrap, topic)
 
 
@@ -88,7 +88,7 @@ def test_a_run_killed_mid_commit_restarts_without_waiting_for_its_transaction(sa
     reader.close()
     cfg = ReplicatorConfig(name=name, shards=1, target_bootstrap_servers=sandbox.target.bootstrap)
     # The unfixed order read the group first and raised when its 60 s read limit ran out.
-    job.fence_previous_layouts(cfg)
+    fencing.fence_previous_layouts(cfg)
     assert_fenced(zombie, sandbox.target.bootstrap, topic)
     assert (topic, 0) not in fake_group_offsets(sandbox.target.bootstrap, group), "the aborted offsets were kept"
 
@@ -100,7 +100,7 @@ def test_a_fence_the_broker_refuses_stops_the_start(sandbox, unique):
     cfg = ReplicatorConfig(name=f"fence-fail-{unique}", shards=2, transaction_timeout_ms=900_001,
                            target_bootstrap_servers=sandbox.target.bootstrap)
     with pytest.raises(FenceError) as e:
-        job.fence_previous_layouts(cfg)
+        fencing.fence_previous_layouts(cfg)
     assert f"fence-fail-{unique}-shard-0" in str(e.value) and f"fence-fail-{unique}-shard-1" in str(e.value)
     assert "timeout" in str(e.value).lower()
 

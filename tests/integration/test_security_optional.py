@@ -3,7 +3,7 @@ switches off only the feature that ACL serves, says so naming the permission, th
 principal, and still copies exactly once.
 
 A start of the job costs a minute of Spark here, so each case runs what decides and what copies
-in-process: the job's own pre-flight (`replicator.engine.job.preflight`), the group-sync check the job
+in-process: the job's own pre-flight (`replicator.engine.preflight.preflight`), the group-sync check the job
 makes when it starts group sync, and the shard copier the Spark tasks run. The real `replicator
 run` with the least sets is in test_security.py (required + group sync, through SIGKILL/restart).
 Every case is a second start: the target topic and the translation index exist (created by an
@@ -21,7 +21,7 @@ from confluent_kafka.admin import NewTopic
 from replicator import config as config_mod
 from replicator.access import acls, permissions
 from replicator.clients import kafka_clients
-from replicator.engine.job import preflight
+from replicator.engine.preflight import preflight
 from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index import INDEX_PARTITIONS
 from replicator.names import index_topic
