@@ -17,19 +17,17 @@ from pyspark.errors import StreamingQueryException
 
 from replicator.clients import kafka_clients
 from replicator.config import ReplicatorConfig
-from replicator.engine import cluster_identity, heap, transactional_ids
+from replicator.engine import heap, transactional_ids
 from replicator.engine import spark_session as session
+from replicator.engine.cluster_watch import ClusterWatch
 from replicator.engine.failures import RuntimeFailure, TransientQueryFailure
 from replicator.engine.fencing import fence_current_layout
-from replicator.engine.preflight import pin_target, preflight
+from replicator.engine.preflight import preflight
 from replicator.engine.spark_session import spark_session
 from replicator.engine.stop_budget import FENCING, QUERY_STOP, SPARK_STOP, TASKS_END, StopBudget, StopOutcome
 from replicator.engine.task_control import ControlServer
 from replicator.engine.task_slots import check_task_slots
-from replicator.groups import promotion
-from replicator.groups.index_topic import ensure_index_topic
 from replicator.ops.lag import LagReader, LagUnavailable
-from replicator.topics import sync as topic_sync
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
@@ -54,10 +52,6 @@ TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)
 QUERY_RESTARTS = 8
 QUERY_RESTART_BACKOFF_S = 5.0
 QUERY_RESTART_BACKOFF_MAX_S = 60.0
-# Discovery reads the target's full metadata only when the source's selection changed, and at least
-# this often (a target topic deleted behind the job's back is created again): at 5,000 partitions,
-# reading both clusters' metadata every refresh was a third of an idle driver's CPU (BENCHMARKS.md).
-TARGET_RECHECK_S = 60.0
 PRODUCER_WARMUP_S = 10.0  # kafka_clients.target_producer's metadata wait before init_transactions()
 
 
@@ -83,11 +77,7 @@ class Replicator:
         self.jvm_lost = False  # Spark's JVM ended under the driver: the stop was not clean
         self.scratch = Path(tempfile.mkdtemp(prefix=f"replicator-{cfg.name}-"))
         self.stats = ControlServer(self._on_batch, "127.0.0.1" if cfg.spark_master.startswith("local") else "0.0.0.0")
-        self.mappings: list[topic_sync.TopicMapping] = []
-        self._target_checked: tuple[dict[str, int], float] = ({}, -TARGET_RECHECK_S)  # selection, when
-        self.clusters: cluster_identity.Clusters | None = None  # found and checked at start
-        self._pinned_at: float | None = None  # when the target was last pinned on the source (or refused)
-        self.cluster_changed: cluster_identity.ClusterChanged | None = None  # seen while running: exit 1
+        self.watch = ClusterWatch(cfg, self.stats, self.observers, self.request_stop)
         self.spark = None
         self.query = None
 
@@ -120,10 +110,11 @@ class Replicator:
             # The pre-flight's read of the fake group seeds the tasks' floors: a second, independent
             # coordinator lookup, so a start while one broker is cut off and answers stale offsets
             # (shard_copy._read_resume_points) is caught unless both lookups land on that broker.
-            self.cfg, self.mappings = preflight(
+            self.cfg, mappings = preflight(
                 self.cfg, lambda: starting.run(spark_session, self.cfg, self.scratch),
                 lambda lags: self.stats.seed_floors({f"{x.source_topic}|{x.partition}": x.committed for x in lags}),
-                self._on_clusters)
+                self.watch.on_clusters)
+            self.watch.started(self.cfg, mappings)
         except BaseException:
             _stop_spark(starting.result(quiet=True))
             self.stats.close()
@@ -136,7 +127,7 @@ class Replicator:
             return
         log.info("starting", extra={"job": self.cfg.name, "group": self.cfg.group,
                                     "shards": self.cfg.shard_count, "master": self.cfg.spark_master,
-                                    "topics": len(self.mappings)})
+                                    "topics": len(self.watch.mappings)})
         spark = self.spark = starting.result() or spark_session(self.cfg, self.scratch)
         # Each Python thread talks to its own JVM thread (pinned threads); the JVM's active session is
         # per thread, and Python data sources are looked up in it: without this, "replicator" is not found.
@@ -192,10 +183,6 @@ class Replicator:
                 .trigger(processingTime=f"{self.cfg.trigger_interval_ms} milliseconds")
                 .queryName(self.cfg.name).start())
 
-    def _on_clusters(self, clusters: cluster_identity.Clusters, pinned: bool) -> None:
-        self.clusters = clusters
-        self._pinned_at = time.monotonic() if pinned else None
-
     def _before_restart(self, spark, backoff: float) -> None:
         """No task of the failed query may still copy when the next one starts; what one left open
         is aborted now (the next query's tasks would fence it too, at their first transaction)."""
@@ -217,7 +204,6 @@ class Replicator:
         # clusters: at 5,000 partitions that was most of an idle driver's CPU when it ran with every
         # progress line; it keeps its own, documented interval (refresh_topics_interval_seconds).
         next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
-        next_config_sync = time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
         while self.query.isActive:
             if self.stop_requested.is_set():
                 self._stop_query()
@@ -228,32 +214,16 @@ class Replicator:
                 break  # reported below from query.exception(), as a one-line cause
             if time.monotonic() >= next_discovery:
                 asked = time.monotonic()
-                known = self._clusters_known(source, target)
-                if self.cluster_changed is not None:
+                if not self.watch.refresh(source, target):
                     self._stop_query()
                     break
-                if known and self._promoted(target):
-                    self._stop_query()
-                    break
-                try:
-                    if known:  # nothing is created on a cluster whose identity is not known
-                        self._discover(source, target)
-                        next_config_sync = self._sync_configs(source, target, next_config_sync)
-                        for o in self.observers:  # optional hook: ACL sync (replicator.access.acl_sync)
-                            if hasattr(o, "on_topics"):
-                                o.on_topics(source, target, self.mappings)
-                except KafkaException as e:
-                    log.warning("topic discovery failed: %s; retrying in %gs", e.args[0].str(),
-                                self.cfg.refresh_topics_interval_seconds)
-                if known:
-                    self._refresh_pin()
                 _warn_if_slow("topic discovery", asked)
                 next_discovery = time.monotonic() + self.cfg.refresh_topics_interval_seconds
             if time.monotonic() >= next_progress:
                 asked = time.monotonic()
                 try:
                     lag_reader = lag_reader or LagReader(self.cfg, LAG_LOOKUP_TIMEOUT_S)
-                    lags = lag_reader.lags(self.mappings, self.stats.settled())
+                    lags = lag_reader.lags(self.watch.mappings, self.stats.settled())
                     lag = sum(x.records for x in lags)
                     _warn_if_slow("the lag lookup", asked)
                 except KafkaException as e:
@@ -278,88 +248,14 @@ class Replicator:
             lag_reader.close()
         error = self.query.exception()
         if error is not None and not self.stop_requested.is_set():
-            # Copying from a rebuilt source fails as data loss (offsets beyond its ends) before the
-            # next check: the other cluster is the cause to report.
-            self._clusters_known(source, target)
-        if self.cluster_changed is not None:
-            raise RuntimeFailure(str(self.cluster_changed))
+            self.watch.after_failure(source, target)
+        if self.watch.cluster_changed is not None:
+            raise RuntimeFailure(str(self.watch.cluster_changed))
         if error is not None and not self.stop_requested.is_set():
             cause = _root_cause(error)
             if any(marker in cause for marker in TRANSIENT_QUERY_FAILURES):
                 raise TransientQueryFailure(f"the streaming query failed: {cause}")
             raise RuntimeFailure(f"the streaming query failed: {cause}")
-
-    def _discover(self, source, target) -> None:
-        """New and deleted source topics, grown partition counts: target topics follow, and running
-        shard tasks end early so the next batch plans the change."""
-        selected, skipped = topic_sync.selection(self.cfg, source)
-        self._on_deleted(topic_sync.deleted(self.mappings, selected, skipped))
-        checked, when = self._target_checked
-        if selected == checked and time.monotonic() - when < TARGET_RECHECK_S:
-            return
-        mappings = topic_sync.ensure_target_topics(self.cfg, source, target, selected)
-        self._target_checked = (selected, time.monotonic())
-        if mappings != self.mappings:  # a new topic may keep records longer than the index does
-            ensure_index_topic(self.cfg, target, [m.target for m in mappings])
-            # New topics and partitions join at a batch boundary: make one now.
-            self.stats.end_running_batches()
-        self.mappings = mappings
-
-    def _sync_configs(self, source, target, due: float) -> float:
-        """Source topic config changes reach the target every sync_topic_configs_interval_seconds,
-        while shard tasks run (for minutes: the planner only runs between batches); returns when the
-        next sync is due."""
-        if not self.cfg.sync_topic_configs or time.monotonic() < due:
-            return due
-        try:
-            topic_sync.sync_configs(self.cfg, source, target, self.mappings)
-        except KafkaException as e:  # drift is retried at the next sync; records keep flowing
-            log.warning("topic config sync failed: %s", e.args[0].str())
-        return time.monotonic() + self.cfg.sync_topic_configs_interval_seconds
-
-    def _clusters_known(self, source, target) -> bool:
-        """Whether both clusters answered as the ones pinned at start. Another cluster behind either
-        address sets `cluster_changed` and requests the stop (exit 1, one line)."""
-        if self.clusters is None:
-            return True
-        try:
-            cluster_identity.check_running(self.cfg, self.clusters, source, target,
-                                           promotion.marker_topic(self.cfg.name))
-        except KafkaException:  # not answering is not another cluster: the copy and lag lines say it
-            return False
-        except cluster_identity.ClusterChanged as e:
-            self.cluster_changed = e
-            self.request_stop()
-            return False
-        return True
-
-    def _refresh_pin(self) -> None:
-        """Pins the target on the source once a topic is replicated, and again before the source's
-        offsets retention could expire the pin (the offsets refresh's interval, a day by default)."""
-        due = self._pinned_at is None or time.monotonic() - self._pinned_at >= self.cfg.offsets_refresh_interval_seconds
-        if self.clusters is not None and self.mappings and due and pin_target(self.cfg, self.clusters, self.mappings):
-            self._pinned_at = time.monotonic()
-
-    def _promoted(self, target) -> bool:
-        try:
-            if not promotion.promoted(target, self.cfg.name):
-                return False
-        except KafkaException as e:  # the copy cannot commit on a target that does not answer either
-            log.warning("promotion check failed: %s; retrying in %gs", e.args[0].str(),
-                        self.cfg.refresh_topics_interval_seconds)
-            return False
-        log.error("the target was promoted (switchover/failover): stopping, this direction must not copy again",
-                  extra={"event": "promoted"})
-        self.request_stop()
-        return True
-
-    def _on_deleted(self, topics: list[str]) -> None:
-        for topic in topics:
-            log.warning("source topic %s was deleted; the target topic is kept", topic,
-                        extra={"event": "source_topic_deleted", "topic": topic})
-            for o in self.observers:  # optional hook: metrics count it
-                if hasattr(o, "on_topic_deleted"):
-                    o.on_topic_deleted(topic)
 
     def stopping_for(self) -> float:
         """Seconds since the stop began (0 before it did)."""
@@ -413,7 +309,8 @@ class Replicator:
             log.warning("the observers (group sync) did not stop within their share of shutdown_timeout_seconds")
         # Whatever an interrupted task left open is aborted now, not at the transaction timeout; on a
         # target that was replaced there is nothing of the job's to abort (and nothing may be written).
-        if self.cluster_changed is None or self.cluster_changed.role != "target":
+        changed = self.watch.cluster_changed
+        if changed is None or changed.role != "target":
             try:
                 # Each id's producer first waits up to PRODUCER_WARMUP_S for the target's metadata
                 # (kafka_clients.target_producer), and only then init_transactions() starts its own clock.

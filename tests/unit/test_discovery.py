@@ -5,14 +5,14 @@ reading both clusters every refresh was a third of an idle driver's CPU, BENCHMA
 from __future__ import annotations
 
 from replicator.config import ReplicatorConfig
-from replicator.engine import job
-from replicator.engine.job import TARGET_RECHECK_S, Replicator
+from replicator.engine import cluster_watch
+from replicator.engine.cluster_watch import TARGET_RECHECK_S, ClusterWatch
 from replicator.topics.sync import TopicMapping
 
 
 def test_the_target_is_read_again_only_when_the_selection_changed_or_a_while_passed(monkeypatch):
     clock = [1000.0]
-    monkeypatch.setattr(job.time, "monotonic", lambda: clock[0])
+    monkeypatch.setattr(cluster_watch.time, "monotonic", lambda: clock[0])
     selection = {"a": 2}
     ensured: list[dict] = []
     ended: list[int] = []
@@ -21,13 +21,11 @@ def test_the_target_is_read_again_only_when_the_selection_changed_or_a_while_pas
         ensured.append(dict(topics))
         return [TopicMapping(t, t, n) for t, n in topics.items()]
 
-    monkeypatch.setattr(job.topic_sync, "selection", lambda cfg, source: (dict(selection), {}))
-    monkeypatch.setattr(job.topic_sync, "ensure_target_topics", ensure)
-    monkeypatch.setattr(job, "ensure_index_topic", lambda cfg, target, topics: None)
-    r = object.__new__(Replicator)
-    r.cfg, r.observers, r.mappings = ReplicatorConfig(topics="a|b"), [], []
-    r._target_checked = ({}, -TARGET_RECHECK_S)
-    r.stats = type("Stats", (), {"end_running_batches": lambda self: ended.append(1)})()
+    monkeypatch.setattr(cluster_watch.topic_sync, "selection", lambda cfg, source: (dict(selection), {}))
+    monkeypatch.setattr(cluster_watch.topic_sync, "ensure_target_topics", ensure)
+    monkeypatch.setattr(cluster_watch, "ensure_index_topic", lambda cfg, target, topics: None)
+    stats = type("Stats", (), {"end_running_batches": lambda self: ended.append(1)})()
+    r = ClusterWatch(ReplicatorConfig(topics="a|b"), stats, [], lambda: None)
 
     r._discover(None, None)
     assert ensured == [{"a": 2}] and r.mappings == [TopicMapping("a", "a", 2)] and len(ended) == 1
