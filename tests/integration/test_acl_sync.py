@@ -251,7 +251,9 @@ def test_application_acls_follow_the_replication_and_fail_over(box, unique, tmp_
     back = f"{name}-back"
     reverse = tmp_path / "reverse.yaml"
     reverse.write_text(yaml.safe_dump({
-        "name": back, "topics": topic, "groups": group, "source_bootstrap_servers": box.target.bootstrap,
+        # No group: the reverse job has copied nothing when it is promoted here, so the application's
+        # group would be untranslatable (exit 3); groups through failback are test_security's.
+        "name": back, "topics": topic, "groups": f"none-{unique}", "source_bootstrap_servers": box.target.bootstrap,
         "target_bootstrap_servers": box.source.bootstrap,
         "source": box.client_properties("target", "writer", by_reference=True),
         "target": box.client_properties("source", "admin", by_reference=True)}))
