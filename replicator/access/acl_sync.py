@@ -63,11 +63,11 @@ class Plan:
 def own_principals(cfg: ReplicatorConfig) -> set[str]:
     """The forms of the principal the job reads the source as (module docstring)."""
     principal = principal_of(cfg.client_properties("source"))
-    if principal is None:
-        return set()
+    if principal is None or "=" not in principal:  # unknown, or a SASL user
+        return {principal} if principal else set()
     # A certificate's subject (`User:CN=app,O=org`): also its CN alone.
     return {principal} | {f"User:{part[3:]}" for part in principal.removeprefix("User:").split(",")
-                          if part.startswith("CN=") and "=" in principal}
+                          if part.startswith("CN=")}
 
 
 def describe_acls(admin: AdminClient) -> set[Binding]:
