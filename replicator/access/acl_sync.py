@@ -6,7 +6,8 @@ The job's own source principal's rules are the replicator's grant, not an applic
 neither copied nor applied at promotion (a reverse job would otherwise give the forward job's target
 principal WRITE on the old source). It is the principal `replicator acls` names for the source: the
 SASL user, or the client certificate's subject and its CN (what `ssl.principal.mapping.rules` usually
-shorten it to); a principal mapped otherwise is not recognised, and its READ rules are copied.
+shorten it to); a principal mapped otherwise is not recognised, and its rules are treated as an
+application's.
 
 On by default (`sync_acls`) where the principals may: Describe on the source cluster (DescribeAcls),
 Alter on the target cluster (CreateAcls/DeleteAcls; implies the Describe that DescribeAcls needs),
