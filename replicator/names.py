@@ -9,6 +9,8 @@ Job `orders-dr` with source alias `east` owns, on the target:
   checkpoints and the promotion marker (`__`-prefixed: never selected for replication, so a reverse
   job does not copy them back);
 - `east.checkpoints.internal`: MirrorMaker 2's checkpoints topic (`mm2_compatible_checkpoints`);
+on the source `__replicator.orders-dr.target-cluster`: the group whose one offset pins the target's
+cluster id (replicator.engine.cluster_identity);
 and on both clusters the group ids of readers that never join or commit: `orders-dr.source-reader`
 (source consumer) and `orders-dr.translator` (translation and checkpoint readers).
 
@@ -72,6 +74,12 @@ def acl_state_topic(job_name: str) -> str:
 def marker_topic(job_name: str) -> str:
     """The promotion marker `switchover`/`failover` write."""
     return f"{INTERNAL_PREFIX}{job_name}.promoted"
+
+
+def target_pin_group(job_name: str) -> str:
+    """The group on the source whose one offset records the target's cluster id (`__`: never synced
+    by group sync, like the job's other groups)."""
+    return f"{INTERNAL_PREFIX}{job_name}.target-cluster"
 
 
 def mm2_checkpoints_topic(source_alias: str) -> str:

@@ -2,6 +2,13 @@
 consumers' READ/DESCRIBE rules reach the replicas continuously, producers' WRITE rules only at
 promotion; only what the sync created is ever deleted (`acl_state` says how it knows).
 
+The job's own source principal's rules are the replicator's grant, not an application's: they are
+neither copied nor applied at promotion (a reverse job would otherwise give the forward job's target
+principal WRITE on the old source). It is the principal `replicator acls` names for the source: the
+SASL user, or the client certificate's subject and its CN (what `ssl.principal.mapping.rules` usually
+shorten it to); a principal mapped otherwise is not recognised, and its rules are treated as an
+application's.
+
 On by default (`sync_acls`) where the principals may: Describe on the source cluster (DescribeAcls),
 Alter on the target cluster (CreateAcls/DeleteAcls; implies the Describe that DescribeAcls needs),
 and the state topic. Without any of them the feature is off, said in one line.
@@ -27,6 +34,7 @@ from replicator.access import acl_translate, permissions
 from replicator.access.acl_metrics import AclSyncMetrics
 from replicator.access.acl_state import COPY, PROMOTED, STAGED, AclState, ensure_topic, exists, state_topic
 from replicator.access.acl_translate import CLUSTER, Binding
+from replicator.access.acls import principal_of
 from replicator.config import ReplicatorConfig
 from replicator.group_filter import GroupFilter
 from replicator.replication_policy import policy_for
@@ -51,6 +59,16 @@ class Plan:
 
     def to_dict(self) -> dict[str, list[str]]:
         return {k: [b.describe() for b in sorted(getattr(self, k))] for k in ("create", "delete", "stage", "unstage")}
+
+
+def own_principals(cfg: ReplicatorConfig) -> set[str]:
+    """The forms of the principal the job reads the source as (module docstring)."""
+    principal = principal_of(cfg.client_properties("source"))
+    if principal is None or "=" not in principal:  # unknown, or a SASL user
+        return {principal} if principal else set()
+    # A certificate's subject (`User:CN=app,O=org`): also its CN alone.
+    return {principal} | {f"User:{part[3:]}" for part in principal.removeprefix("User:").split(",")
+                          if part.startswith("CN=")}
 
 
 def describe_acls(admin: AdminClient) -> set[Binding]:
@@ -129,6 +147,7 @@ class AclSync:
         self.rename = policy_for(cfg).target_topic
         self.metrics = metrics
         self.state = AclState(cfg)
+        self.own = own_principals(cfg)
         self._loaded = False
         self._groups = None
         if cfg.translation_index and cfg.exactly_once:  # group sync exists only then
@@ -142,7 +161,7 @@ class AclSync:
 
     def wanted(self, source: AdminClient, topics: dict[str, str]) -> tuple[set[Binding], set[Binding]]:
         """The copies the target should hold now, and the rules promotion would apply."""
-        rules = describe_acls(source)
+        rules = {b for b in describe_acls(source) if b.principal not in self.own}
         groups: list[str] = []
         accepts = self._groups.accepts if self._groups is not None else (lambda _g: False)
         if self._groups is not None and acl_translate.needs_groups(rules):
@@ -307,11 +326,12 @@ def promotion_step(cfg: ReplicatorConfig, topics: dict[str, str], live_source: b
             or [f"ACLs: no producer rule to {'apply' if dry_run else 'add'} on the target"])
 
 
-def failback_step(cfg: ReplicatorConfig, topics: dict[str, str]) -> tuple[dict, list[str]]:
+def failback_step(cfg: ReplicatorConfig, topics: dict[str, str], dry_run: bool = False) -> tuple[dict, list[str]]:
     """`failback`'s ACL step for the reverse job (source: the new primary, target: the old one): its
     first round, so the old primary's consumers hold the new primary's READ rules before the reverse
-    job runs, and the new primary's producer rules are staged for the reverse switchover, which
-    applies them (the old primary is a replica until then: no WRITE is copied onto it)."""
+    job runs, and the new primary's producer rules are staged for the reverse job's promotion
+    (`switchover`/`failover` with its configuration), which applies them: the old primary is a
+    replica until then, so no WRITE is copied onto it. `dry_run`: the round planned, nothing written."""
     from replicator.clients import kafka_clients
 
     if not cfg.sync_acls:
@@ -319,13 +339,16 @@ def failback_step(cfg: ReplicatorConfig, topics: dict[str, str]) -> tuple[dict, 
     target, source = kafka_clients.target_admin(cfg), kafka_clients.source_admin(cfg)
     sync = AclSync(cfg)
     try:
-        if missing := missing_permissions(cfg, source, target):
+        if missing := missing_permissions(cfg, source, target, create=not dry_run):
             return {"skipped": skipped(cfg, missing)}, [] if _unsecured(missing) else [skipped(cfg, missing)]
-        plan = sync.run_once(source, target, topics)
+        plan = sync.plan(source, target, topics) if dry_run else sync.run_once(source, target, topics)
     except (KafkaException, RuntimeError) as e:
         err = e.args[0] if isinstance(e, KafkaException) and e.args else None
         text = f"ACL step failed: {err.str() if isinstance(err, KafkaError) else e}"
         return {"error": text}, [f"warning: {text}"]
     finally:
         sync.close()
-    return plan.to_dict(), [f"ACL copied for the reverse job: {b.describe()}" for b in sorted(plan.create)]
+    copy, stage = ("would be copied", "would be staged") if dry_run else ("copied", "staged")
+    return plan.to_dict(), [*(f"ACL {copy} for the reverse job: {b.describe()}" for b in sorted(plan.create)),
+                            *(f"ACL {stage} for the reverse job's promotion: {b.describe()}"
+                              for b in sorted(plan.stage))]

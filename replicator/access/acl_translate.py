@@ -4,7 +4,10 @@ Copied continuously (`copies`): ALLOW rules only, on replicated topics (READ, DE
 READ) and on synced groups (READ; ALL becomes READ). WRITE, ALTER, every other operation and every
 DENY rule never reach a replica. Applied at promotion only (`promotion_writes`): the topics' WRITE
 and DESCRIBE (ALL becomes WRITE, which implies DESCRIBE), so producers can move once the target is
-the primary.
+the primary; and, for each principal that gets WRITE on a promoted topic, its TransactionalId
+WRITE/DESCRIBE rules (ALL becomes WRITE) and its IDEMPOTENT_WRITE on the cluster: a transactional
+producer without them fails at its first init_transactions() on the promoted cluster. Transactional
+ids are not renamed (they name no topic); MirrorMaker 2 copies none of these.
 
 Names: a LITERAL topic pattern names one source topic, copied under its target name; a PREFIXED one
 is copied, as MirrorMaker 2 does, under the policy's name for the prefix (`orders.` -> `west.orders.`
@@ -20,7 +23,7 @@ from dataclasses import asdict, dataclass
 
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
-TOPIC, GROUP = "TOPIC", "GROUP"
+TOPIC, GROUP, TRANSACTIONAL_ID, BROKER = "TOPIC", "GROUP", "TRANSACTIONAL_ID", "BROKER"
 LITERAL, PREFIXED = "LITERAL", "PREFIXED"
 ALLOW = "ALLOW"
 WILDCARD = "*"
@@ -29,6 +32,10 @@ CLUSTER = "kafka-cluster"  # the Cluster resource's name in ACLs
 _TOPIC_COPIES = {"READ": "READ", "ALL": "READ", "DESCRIBE": "DESCRIBE"}
 _GROUP_COPIES = {"READ": "READ", "ALL": "READ"}
 _PROMOTION = {"WRITE": "WRITE", "ALL": "WRITE", "DESCRIBE": "DESCRIBE"}
+_TRANSACTIONAL = {"WRITE": "WRITE", "ALL": "WRITE", "DESCRIBE": "DESCRIBE"}
+# Kafka 3.0+ implies it from WRITE on a topic or transactional id; older brokers ask for it.
+_IDEMPOTENT = {"IDEMPOTENT_WRITE": "IDEMPOTENT_WRITE"}
+_KINDS = {TRANSACTIONAL_ID: "TransactionalId", BROKER: "Cluster"}  # as kafka-acls spells them
 
 
 @dataclass(frozen=True, order=True)
@@ -62,7 +69,8 @@ class Binding:
 
     def describe(self) -> str:
         kind = "prefixed" if self.pattern_type == PREFIXED else "literal"
-        return (f"{self.permission} {self.principal} {self.operation} {self.resource_type.title()} "
+        return (f"{self.permission} {self.principal} {self.operation} "
+                f"{_KINDS.get(self.resource_type, self.resource_type.title())} "
                 f"'{self.name}' ({kind}) from host {self.host}")
 
 
@@ -111,9 +119,24 @@ def copies(bindings: Iterable[Binding], topics: Mapping[str, str], rename: Calla
 def promotion_writes(bindings: Iterable[Binding], topics: Mapping[str, str],
                      rename: Callable[[str], str]) -> set[Binding]:
     """What the target gets when it is promoted (never before): producers' rights on the topics,
-    less what `copies` already gave."""
+    less what `copies` already gave, and the transactional rights of the principals that write."""
     bindings = list(bindings)
-    return _translate(bindings, TOPIC, _PROMOTION, topics, rename) - copies(bindings, topics, rename)
+    on_topics = _translate(bindings, TOPIC, _PROMOTION, topics, rename)
+    writers = {b.principal for b in on_topics if b.operation == "WRITE"}
+    return (on_topics - copies(bindings, topics, rename)) | _producers_own(bindings, writers)
+
+
+def _producers_own(bindings: Iterable[Binding], principals: set[str]) -> set[Binding]:
+    """The TransactionalId and cluster IDEMPOTENT_WRITE rules of `principals`, names kept."""
+    out = set()
+    for b in bindings:
+        if b.permission != ALLOW or b.principal not in principals:
+            continue
+        ops = _TRANSACTIONAL if b.resource_type == TRANSACTIONAL_ID else \
+            _IDEMPOTENT if b.resource_type == BROKER and b.name == CLUSTER else {}
+        if b.operation in ops:
+            out.add(Binding(b.resource_type, b.name, b.pattern_type, b.principal, b.host, ops[b.operation]))
+    return out
 
 
 def needs_groups(bindings: Iterable[Binding]) -> bool:

@@ -20,6 +20,10 @@ from replicator.config import ReplicatorConfig
 from replicator.replication_policy import policy_for
 
 REQUIRED = "required"
+# optional: the pin of the target's cluster id on the source (replicator.engine.cluster_identity);
+# without it the job runs, warned that a new, empty cluster at the target's address would get every
+# record again.
+CLUSTER_PIN = "cluster pin"
 CREATE = "topic creation"  # optional: without it, target topics must exist beforehand
 CONFIG_SYNC = "topic config sync"  # optional: without it, configs are not copied or re-synced
 GROUP_SYNC = "group sync"  # optional: consumer-group checkpoints and offset sync (needs the index)
@@ -28,7 +32,7 @@ GROUP_SYNC = "group sync"  # optional: consumer-group checkpoints and offset syn
 PROMOTION = "promotion"
 # optional: application ACLs follow the replication (replicator.access.acl_sync)
 ACL_SYNC = "acl sync"
-FEATURES = (REQUIRED, CREATE, CONFIG_SYNC, GROUP_SYNC, PROMOTION, ACL_SYNC)
+FEATURES = (REQUIRED, CLUSTER_PIN, CREATE, CONFIG_SYNC, GROUP_SYNC, PROMOTION, ACL_SYNC)
 DEFAULT_SOURCE_PRINCIPAL = "User:replicator-source"
 DEFAULT_TARGET_PRINCIPAL = "User:replicator-target"
 
@@ -142,6 +146,11 @@ def acl_set(cfg: ReplicatorConfig, source_principal: str = DEFAULT_SOURCE_PRINCI
                     ("Describe", REQUIRED, "librdkafka looks up the coordinator of its consumer's group.id "
                                            "(FindCoordinator) although the job never joins that group or commits "
                                            "to it"))
+    acls += _grants("source", src, "Group", "LITERAL", names.target_pin_group(cfg.name),
+                    ("Read", CLUSTER_PIN, "commit the pin of the target's cluster id (one offset, at every start "
+                                          "and offsets refresh), so a new cluster at the target's address is "
+                                          "refused instead of copied into from the source's start (Read implies "
+                                          "Describe)"))
     acls += _grants("target", dst, "Group", "LITERAL", cfg.group,
                     ("Read", REQUIRED, "the offsets group: source offsets are committed into it in each transaction "
                                        "and read back at every start (Read implies Describe)"))

@@ -16,7 +16,8 @@ from replicator.commands.options import _load_config, connection_options
 @click.option("--target-principal", help="Principal writing the target (default: the target's sasl.username "
                                          "or certificate subject, else User:replicator-target).")
 @click.option("--without", "without", multiple=True,
-              type=click.Choice(["topic-creation", "config-sync", "group-sync", "promotion", "acl-sync"]),
+              type=click.Choice(["cluster-pin", "topic-creation", "config-sync", "group-sync", "promotion",
+                                 "acl-sync"]),
               help="Leave out an optional feature's ACLs: the job then skips it and says so.")
 @click.option("--format", "fmt", type=click.Choice(["kafka-acls", "json", "markdown"]), default="kafka-acls",
               show_default=True)
@@ -29,7 +30,7 @@ def acls(config_file: str | None, source_principal: str | None, target_principal
 
     src = (source_principal or acls_mod.principal_of(cfg.source) or acls_mod.DEFAULT_SOURCE_PRINCIPAL)
     dst = (target_principal or acls_mod.principal_of(cfg.target) or acls_mod.DEFAULT_TARGET_PRINCIPAL)
-    skip = {"topic-creation": acls_mod.CREATE, "config-sync": acls_mod.CONFIG_SYNC,
+    skip = {"cluster-pin": acls_mod.CLUSTER_PIN, "topic-creation": acls_mod.CREATE, "config-sync": acls_mod.CONFIG_SYNC,
             "group-sync": acls_mod.GROUP_SYNC, "promotion": acls_mod.PROMOTION,
             "acl-sync": acls_mod.ACL_SYNC}
     entries = [a for a in acls_mod.acl_set(cfg, src, dst) if a.feature not in {skip[w] for w in without}]

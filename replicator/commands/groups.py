@@ -263,11 +263,15 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
 @connection_options
 @_format
 @click.option("--forward-name", required=True, help="Name of the job that replicated old source -> new primary.")
-def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> None:
+@click.option("--dry-run", is_flag=True, help="Show the reverse job's start, the groups it would adopt and the "
+                                              "ACLs it would copy and stage; write nothing.")
+def failback(config_file: str | None, fmt: str, forward_name: str, dry_run: bool, **flags) -> None:
     """Prepares the reverse job (this config: source = the new primary, target = the old source):
     its offsets start exactly at the failover cut, so `run` with this config copies only what was
-    produced on the new primary after it. Run `replicator divergence` first: records the old source
-    holds beyond the cut were never replicated and stay where they are."""
+    produced on the new primary after it, and its ACL sync's first round copies the new primary's
+    consumer rules (its producers' rules are applied when the reverse job is promoted). Run
+    `replicator divergence` first: records the old source holds beyond the cut were never
+    replicated and stay where they are."""
     from replicator.access import acl_sync
     from replicator.clients import kafka_clients
     from replicator.groups import promotion
@@ -302,32 +306,40 @@ def failback(config_file: str | None, fmt: str, forward_name: str, **flags) -> N
             offsets[(reverse_target, c.partition)] = (c.target_end, meta)
         if existing:
             _fail(f"the reverse job's offsets group {cfg.group!r} already holds offsets: failback was prepared")
-        refused = commit_group(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.group, offsets)
-        if refused:
-            _fail(f"could not set the reverse job's start: {refused}")
-        adopted = _adopt_old_groups(cfg, marker)
-        acl_doc, acl_lines = acl_sync.failback_step(cfg, {c.target_topic: c.source_topic for c in marker.cut})
+        if not dry_run:
+            refused = commit_group(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.group,
+                                   offsets)
+            if refused:
+                _fail(f"could not set the reverse job's start: {refused}")
+        adopted = _adopt_old_groups(cfg, marker, dry_run)
+        acl_doc, acl_lines = acl_sync.failback_step(cfg, {c.target_topic: c.source_topic for c in marker.cut},
+                                                    dry_run=dry_run)
     except (KafkaException, RuntimeError) as e:
         _fail(str(e))
-    doc = {"reverse_group": cfg.group, "adopted_groups": adopted, "acls": acl_doc,
+    doc = {"dry_run": dry_run, "reverse_group": cfg.group, "adopted_groups": adopted, "acls": acl_doc,
            "start": [{"topic": t, "partition": p, "offset": o} for (t, p), (o, _) in sorted(offsets.items())]}
-    _emit(fmt, doc, [f"reverse job {cfg.name!r} starts at the failover cut of {forward_name!r} "
-                     f"({len(offsets)} partitions); start it with `replicator run` and this configuration",
-                     *acl_lines])
+    head = (f"dry run: nothing written; reverse job {cfg.name!r} would start at the failover cut of "
+            f"{forward_name!r} ({len(offsets)} partitions), adopting groups {', '.join(adopted) or 'none'}"
+            if dry_run else
+            f"reverse job {cfg.name!r} starts at the failover cut of {forward_name!r} "
+            f"({len(offsets)} partitions); start it with `replicator run` and this configuration")
+    _emit(fmt, doc, [head, *acl_lines])
     sys.exit(OK)
 
 
-def _adopt_old_groups(cfg, marker) -> list[str]:
+def _adopt_old_groups(cfg, marker, dry_run: bool = False) -> list[str]:
     """The old source's groups hold pre-failover positions their applications left behind: recorded
     as the reverse job's own writes, so its sync may move them (a group used on the old source
-    after this is detected as taken over, as always)."""
+    after this is detected as taken over, as always). `dry_run`: only which groups would be."""
     from replicator.clients import kafka_clients
     from replicator.groups.checkpoints import Checkpoint, CheckpointStore, ensure_topics
     from replicator.groups.sync import GroupFilter, group_offsets
 
     old = kafka_clients.target_admin(cfg)
-    ensure_topics(cfg, old)
-    store = CheckpointStore(cfg).load()
+    store = None
+    if not dry_run:
+        ensure_topics(cfg, old)
+        store = CheckpointStore(cfg).load()
     selected = GroupFilter(cfg.groups, cfg.groups_exclude)
     names = sorted(g.group_id for g in old.list_consumer_groups(request_timeout=30).result().valid
                    if selected.accepts(g.group_id))
@@ -335,12 +347,15 @@ def _adopt_old_groups(cfg, marker) -> list[str]:
     adopted = []
     for group in names:
         offsets = group_offsets(cfg.client_properties("target"), cfg.target_bootstrap_servers, group, sorted(back))
-        for (topic, p), (offset, meta) in offsets.items():
-            store.put(group, back[(topic, p)], p, Checkpoint(-1, None, False, 0, "adopted", meta, w=offset), topic)
+        if store is not None:
+            for (topic, p), (offset, meta) in offsets.items():
+                store.put(group, back[(topic, p)], p, Checkpoint(-1, None, False, 0, "adopted", meta, w=offset),
+                          topic)
         if offsets:
             adopted.append(group)
-    store.flush()
-    store.close()
+    if store is not None:
+        store.flush()
+        store.close()
     return adopted
 
 

@@ -40,6 +40,7 @@ from dataclasses import dataclass
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient
 
+from replicator import names
 from replicator.access import permissions
 from replicator.clients.client_errors import transient
 from replicator.clients.kafka_clients import kafka_error, with_logging
@@ -48,6 +49,8 @@ from replicator.offsets import read_group
 
 log = logging.getLogger("replicator.cluster_identity")
 
+# How the start-up line of a job running without the pin begins (as "topic creation skipped" ...).
+PIN_SKIPPED = "cluster pin skipped"
 _TIMEOUT_S = 30.0
 # While running: the driver's loop waits for it (the promotion check beside it already takes 30 s
 # against a cluster that is down).
@@ -71,9 +74,8 @@ class Clusters:
 
 
 def pin_group(cfg: ReplicatorConfig) -> str:
-    """The group on the source whose one offset records the target this job copies into (`__`:
-    never synced by group sync, like the job's other groups)."""
-    return f"__replicator.{cfg.name}.target-cluster"
+    """The group on the source whose one offset records the target this job copies into."""
+    return names.target_pin_group(cfg.name)
 
 
 def cluster_id(admin: AdminClient, topic: str, timeout: float = _TIMEOUT_S) -> str:
@@ -134,10 +136,15 @@ def pin_permitted(cfg: ReplicatorConfig, source: AdminClient) -> bool:
         ops = set()
     if ops is None or AclOperation.READ in ops:
         return True
-    log.warning("cannot pin the target cluster on the source: %s may not Read Group '%s' there, so a new, empty "
-                "cluster at the target's address would get every record again (grant it to pin the target)",
-                permissions.who(cfg, "source"), pin_group(cfg), extra={"event": "cluster_pin_unavailable"})
+    _unpinned(cfg)
     return False
+
+
+def _unpinned(cfg: ReplicatorConfig) -> None:
+    log.warning("%s: %s; a new, empty cluster at the target's address would get every record again (see "
+                "`replicator acls --config ...`)", PIN_SKIPPED,
+                permissions.lacks(cfg, "source", ["Read"], f"Group '{pin_group(cfg)}'"),
+                extra={"event": "cluster_pin_unavailable"})
 
 
 def _read_pin(cfg: ReplicatorConfig, topics: list[str]) -> Pin | None:
@@ -225,9 +232,7 @@ def pin(cfg: ReplicatorConfig, clusters: Clusters, source_topics: list[str]) -> 
     except KafkaException as e:
         if not permissions.is_authorization_error(kafka_error(e)):
             raise
-        log.warning("cannot pin the target on the source (no Read on Group '%s' there): a new, empty cluster at "
-                    "the target's address would get every record again", pin_group(cfg),
-                    extra={"event": "cluster_pin_unavailable"})
+        _unpinned(cfg)
     finally:
         client.close()
     return True

@@ -5,8 +5,10 @@ WRITE there, are granted nothing on the target by hand. The job (`reader`/`write
 `replicator acls` prints) copies the consumer's rules while it runs, never a WRITE; a source rule
 removed is removed from the target, a rule someone else created there is kept; after `failover` the
 consumer reads on the target from its translated offsets and the producer writes, while a principal
-with no ACL on the source is refused. Without any one of ACL sync's own ACLs the feature is off,
-said once, naming the principal, the operation and the resource.
+with no ACL on the source is refused. `failback` (dry run first) copies the new primary's consumer
+rules back onto the old source and stages its producer rules, which the reverse job's promotion
+applies; nothing anyone else made is deleted on either cluster. Without any one of ACL sync's own
+ACLs the feature is off, said once, naming the principal, the operation and the resource.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import time
 import urllib.request
 
 import pytest
+import yaml
 from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
 from confluent_kafka.admin import (
     AclBinding,
@@ -96,12 +99,20 @@ def _remove(box, cluster: str, rules: list[AclBinding]) -> None:
         fut.result()
 
 
-def _target_rules(box, principal: str) -> set[tuple[str, str, str, str]]:
+def _rules(box, cluster: str, principal: str) -> set[tuple[str, str, str, str]]:
     flt = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, principal, None, AclOperation.ANY,
                            AclPermissionType.ANY)
-    admin = secure.admin(box, "target")
+    admin = secure.admin(box, cluster)
     return {(b.restype.name, b.name, b.resource_pattern_type.name, b.operation.name)
             for b in admin.describe_acls(flt, request_timeout=30).result()}
+
+
+def _target_rules(box, principal: str) -> set[tuple[str, str, str, str]]:
+    return _rules(box, "target", principal)
+
+
+def _every_rule(box, cluster: str) -> set[acl_sync.Binding]:
+    return acl_sync.describe_acls(secure.admin(box, cluster))
 
 
 def _produce_as(props: dict, topic: str) -> KafkaError | None:
@@ -111,6 +122,19 @@ def _produce_as(props: dict, topic: str) -> KafkaError | None:
     producer.produce(topic, b"after-promotion", partition=0, on_delivery=lambda err, _m: errors.append(err))
     producer.flush(30)
     return errors[0] if errors else KafkaError(KafkaError._TIMED_OUT)
+
+
+def _produce_transactionally(props: dict, topic: str, transactional_id: str) -> KafkaException | None:
+    """One record in one transaction as that principal: None when committed, else the refusal."""
+    producer = Producer({**props, "transactional.id": transactional_id, "transaction.timeout.ms": 30000})
+    try:
+        producer.init_transactions(30)
+        producer.begin_transaction()
+        producer.produce(topic, b"in-a-transaction", partition=0)
+        producer.commit_transaction(30)
+    except KafkaException as e:
+        return e
+    return None
 
 
 def _consume_as(props: dict, topic: str, group: str, wanted: int, timeout: float = 90) -> tuple[list, list]:
@@ -140,7 +164,9 @@ def test_application_acls_follow_the_replication_and_fail_over(box, unique, tmp_
     read = AclOperation.READ
     consumer_rules = [_rule(ResourceType.TOPIC, topic, f"User:{app}", read),
                       _rule(ResourceType.GROUP, group, f"User:{app}", read)]
-    producer_rules = [_rule(ResourceType.TOPIC, topic, f"User:{prod}", AclOperation.WRITE)]
+    transactional_id = f"prod-tx-{unique}"
+    producer_rules = [_rule(ResourceType.TOPIC, topic, f"User:{prod}", AclOperation.WRITE),
+                      _rule(ResourceType.TRANSACTIONAL_ID, transactional_id, f"User:{prod}", AclOperation.WRITE)]
     leaving = [_rule(ResourceType.TOPIC, "acl-", leaver, read, ResourcePatternType.PREFIXED)]
     theirs = [_rule(ResourceType.TOPIC, topic, human, read)]
     _add(box, "source", consumer_rules + producer_rules + leaving + theirs)
@@ -166,9 +192,11 @@ def test_application_acls_follow_the_replication_and_fail_over(box, unique, tmp_
         port = int(re.search(r"metrics listening on [\d.]+:(\d+)", job.log()).group(1))
         metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
         assert "replicator_acl_sync_enabled 1.0" in metrics
-        # The application's two rules, the leaver's, and the job's own Read on the topic (the human's is not ours).
-        assert 'replicator_acl_sync_acls{kind="copy"} 4.0' in metrics, metrics
-        assert 'replicator_acl_sync_acls{kind="staged"} 1.0' in metrics, metrics
+        # The application's two rules and the leaver's (the human's is not ours; the job's own Read on
+        # the topic is the replicator's grant, not an application's).
+        assert 'replicator_acl_sync_acls{kind="copy"} 3.0' in metrics, metrics
+        assert _target_rules(box, READER) == set(), "the job's own source rule was copied"
+        assert 'replicator_acl_sync_acls{kind="staged"} 2.0' in metrics, metrics
         # Source rules removed: the copy the sync made goes, the rule someone else made stays.
         _remove(box, "source", leaving + theirs)
         wait_until(lambda: _target_rules(box, leaver) == set(), 120, "the removed rule gone from the target",
@@ -183,14 +211,17 @@ def test_application_acls_follow_the_replication_and_fail_over(box, unique, tmp_
     # The dry run shows the producer's rule and writes nothing.
     dry = run_cli("failover", "--dry-run", "--config", str(config), "--format", "json")
     assert dry.returncode == 0, dry.stdout + dry.stderr
-    wanted = f"ALLOW User:{prod} WRITE Topic '{topic}' (literal) from host *"
-    assert json.loads(dry.stdout)["acls"]["promotion"] == [wanted], dry.stdout
+    wanted = [f"ALLOW User:{prod} WRITE Topic '{topic}' (literal) from host *",
+              f"ALLOW User:{prod} WRITE TransactionalId '{transactional_id}' (literal) from host *"]
+    assert json.loads(dry.stdout)["acls"]["promotion"] == wanted, dry.stdout
     assert _target_rules(box, f"User:{prod}") == set()
 
     over = run_cli("failover", "--config", str(config))
     assert over.returncode == 0, over.stdout + over.stderr
-    assert f"ACL applied at promotion: {wanted}" in over.stdout, over.stdout
-    assert _target_rules(box, f"User:{prod}") == {("TOPIC", topic, "LITERAL", "WRITE")}
+    for rule in wanted:
+        assert f"ACL applied at promotion: {rule}" in over.stdout, over.stdout
+    assert _target_rules(box, f"User:{prod}") == {("TOPIC", topic, "LITERAL", "WRITE"),
+                                                  ("TRANSACTIONAL_ID", transactional_id, "LITERAL", "WRITE")}
     time.sleep(1)  # ACLs reach the authorizer through the metadata log
 
     # The consumer resumes on the target where it was on the source; the producer writes there.
@@ -201,11 +232,72 @@ def test_application_acls_follow_the_replication_and_fail_over(box, unique, tmp_
     records, errors = _consume_as(app_props["target"], topic, group, len(expected))
     assert not errors and set(records) == expected and len(records) == len(expected), errors
     assert _produce_as(prod_props["target"], topic) is None
+    # A transactional producer moves too: its transactional id's rule came with the promotion.
+    assert _produce_transactionally(prod_props["target"], topic, transactional_id) is None
     # A principal with no ACL on the source gets nothing on the target.
     records, errors = _consume_as(secure.props(box, "target", "other"), topic, f"other-{unique}", 1, timeout=30)
     assert not records and errors and all(e.code() in (KafkaError.TOPIC_AUTHORIZATION_FAILED,
                                                       KafkaError.GROUP_AUTHORIZATION_FAILED) for e in errors), errors
-    for principal in (f"User:{app}", f"User:{prod}", leaver, human):
+
+    # Failback: the reverse job (source: the new primary as `writer`, target: the old source as its
+    # administrator) copies the new primary's consumer rules onto the old source and stages its
+    # producer rules, which only the reverse promotion applies. An application that arrived after the
+    # failover was granted on the new primary only: a consumer and a producer.
+    late_app, late_prod = f"late-app-{unique}", f"late-prod-{unique}"
+    late_prod_props = _principal(box, late_prod)
+    _add(box, "target", [_rule(ResourceType.TOPIC, topic, f"User:{late_app}", read),
+                         _rule(ResourceType.TOPIC, topic, f"User:{late_prod}", AclOperation.WRITE)])
+    untouched = {cluster: _every_rule(box, cluster) for cluster in ("source", "target")}
+    back = f"{name}-back"
+    reverse = tmp_path / "reverse.yaml"
+    reverse.write_text(yaml.safe_dump({
+        # No group: the reverse job has copied nothing when it is promoted here, so the application's
+        # group would be untranslatable (exit 3); groups through failback are test_security's.
+        "name": back, "topics": topic, "groups": f"none-{unique}", "source_bootstrap_servers": box.target.bootstrap,
+        "target_bootstrap_servers": box.source.bootstrap,
+        "source": box.client_properties("target", "writer", by_reference=True),
+        "target": box.client_properties("source", "admin", by_reference=True)}))
+    failback = ["failback", "--forward-name", name, "--config", str(reverse), "--format", "json"]
+    copied_back = f"ALLOW User:{late_app} READ Topic '{topic}' (literal) from host *"
+    staged_back = f"ALLOW User:{late_prod} WRITE Topic '{topic}' (literal) from host *"
+    dry = run_cli(*failback, "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    doc = json.loads(dry.stdout)
+    assert doc["dry_run"] and copied_back in doc["acls"]["create"] and staged_back in doc["acls"]["stage"], doc
+    assert not doc["acls"]["delete"], doc
+    assert {cluster: _every_rule(box, cluster) for cluster in ("source", "target")} == untouched
+    assert secure.group_offsets(box, "source", f"__replicator.{back}", topic, PARTITIONS) == {}
+    assert state_topic(back) not in secure.admin(box, "source").list_topics(timeout=30).topics
+
+    done = run_cli(*failback)
+    assert done.returncode == 0, done.stdout + done.stderr
+    doc = json.loads(done.stdout)
+    assert copied_back in doc["acls"]["create"] and staged_back in doc["acls"]["stage"], doc
+    assert _rules(box, "source", f"User:{late_app}") == {("TOPIC", topic, "LITERAL", "READ")}
+    assert _rules(box, "source", f"User:{late_prod}") == set(), "a WRITE reached the old source before promotion"
+    time.sleep(1)  # ACLs reach the authorizer through the metadata log
+    refused = _produce_as(late_prod_props["source"], topic)
+    assert refused is not None and refused.code() == KafkaError.TOPIC_AUTHORIZATION_FAILED, refused
+
+    # Promoting the old source back (the reverse job's failover, from the staged set: its dry run
+    # first) applies the producer's rule there; the original producer's rule was never removed.
+    promote = ["failover", "--config", str(reverse), "--format", "json"]
+    dry = run_cli(*promote, "--dry-run")
+    assert dry.returncode == 0, dry.stdout + dry.stderr
+    assert json.loads(dry.stdout)["acls"]["promotion"] == [staged_back], dry.stdout
+    assert _rules(box, "source", f"User:{late_prod}") == set()
+    over = run_cli(*promote)
+    assert over.returncode == 0, over.stdout + over.stderr
+    assert json.loads(over.stdout)["acls"]["promotion"] == [staged_back], over.stdout
+    assert _rules(box, "source", f"User:{late_prod}") == {("TOPIC", topic, "LITERAL", "WRITE")}
+    assert _rules(box, "source", f"User:{prod}") == {("TOPIC", topic, "LITERAL", "WRITE"),
+                                                     ("TRANSACTIONAL_ID", transactional_id, "LITERAL", "WRITE")}
+    time.sleep(1)
+    assert _produce_as(late_prod_props["source"], topic) is None
+    # Nothing anyone else made was deleted on either cluster, through failback and the promotion back.
+    for cluster, rules in untouched.items():
+        assert rules <= _every_rule(box, cluster), f"a rule was deleted on the {cluster}"
+    for principal in (f"User:{app}", f"User:{prod}", leaver, human, f"User:{late_app}", f"User:{late_prod}"):
         secure.revoke_all(box, principal)
 
 

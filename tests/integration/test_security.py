@@ -2,7 +2,8 @@
 (default deny), with exactly the ACLs `replicator acls` prints, granted to the non-super principals
 `reader` (source) and `writer` (target):
 
-- with the set, a run SIGKILLed and restarted replicates exactly once (`replicator verify`) and,
+- with the set, a run pins the target's cluster id on the source, is SIGKILLed and restarted and
+  replicates exactly once (`replicator verify`) and,
   with exactly the required + group-sync ACLs, syncs an application's group to its exact translated
   offsets; `lag`/`topics`/`verify` work through the same config file;
 - without any one required ACL the job exits 1 at start-up naming permission, resource and
@@ -30,6 +31,7 @@ import yaml
 from replicator import config as config_mod
 from replicator import names
 from replicator.access import acls
+from replicator.engine import cluster_identity
 from replicator.groups import promotion
 from replicator.sandbox.security import CertificateAuthority
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until
@@ -73,8 +75,12 @@ def start_failure(config: Path, log: Path) -> tuple[int, str, float]:
     return proc.returncode, proc.stdout + proc.stderr, time.monotonic() - started
 
 
+def cfg_of(config: Path) -> config_mod.ReplicatorConfig:
+    return config_mod.load({}, config, environ={})
+
+
 def acl_set(config: Path) -> list[acls.Acl]:
-    return acls.acl_set(config_mod.load({}, config, environ={}), READER, WRITER)
+    return acls.acl_set(cfg_of(config), READER, WRITER)
 
 
 def assert_no_secrets(box, text: str, where: str) -> None:
@@ -115,14 +121,20 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
         port = int(re.search(r"metrics listening on [\d.]+:(\d+)", job.log()).group(1))
         outputs.append(urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode())
         job.sigkill()
-        outputs.append(job.log())
+        log1 = job.log()
+        outputs.append(log1)
+    # Exactly `replicator acls` pins the target's cluster id on the source (issue 50): one offset in
+    # the pin group, and no warning that the job runs unpinned.
+    assert cluster_identity.PIN_SKIPPED not in log1 and "cluster_pin_unavailable" not in log1, log1[-3000:]
+    assert group_offsets(box, "source", cluster_identity.pin_group(cfg_of(config)), topic, PARTITIONS) == {0: 0}
     produce(box, topic, PARTITIONS, 2000, start=4000)
     # The application has read part of each partition (record i sits in partition i % 2 at offset i // 2).
     app_offsets = {0: 1234, 1: 2500}
     commit_group(box, "source", app, topic, app_offsets)
 
     # Run 2 (JSON logs) with the least set for replication and group sync (required + group sync):
-    # the target topic exists, creation and config sync are skipped and said so; the copy resumes from
+    # the target topic exists, creation, config sync and the cluster pin are skipped and said so
+    # (the pin committed by run 1 stays; it is not re-committed); the copy resumes from
     # the target's offsets group; the application's group is synced to its exact translated offsets.
     revoke_all(box, WRITER)
     revoke_all(box, READER)
@@ -144,6 +156,9 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
         outputs.append(log2)
     assert "topic creation skipped for target topic" in log2 and "topic config sync skipped" in log2
     assert "writer" in log2  # names the principal lacking the optional ACLs
+    pin_group = cluster_identity.pin_group(cfg_of(config))
+    [unpinned] = [line for line in log2.splitlines() if cluster_identity.PIN_SKIPPED in line]
+    assert "reader" in unpinned and f"lacks Read on source Group '{pin_group}'" in unpinned, unpinned
     assert "group sync skipped" not in log2 and "group sync not started" not in log2
     assert target_count() == 6000
 

@@ -1,6 +1,7 @@
 """Each optional ACL removed on its own (secure sandbox, principals `reader`/`writer`): the job
 switches off only the feature that ACL serves, says so naming the permission, the resource and the
-principal, and still copies exactly once.
+principal, and still copies exactly once; the target's cluster id is pinned on the source unless the
+pin's own ACL is the one removed.
 
 A start of the job costs a minute of Spark here, so each case runs what decides and what copies
 in-process: the job's own pre-flight (`replicator.engine.preflight.preflight`), the group-sync check the job
@@ -21,6 +22,7 @@ from confluent_kafka.admin import NewTopic
 from replicator import config as config_mod
 from replicator.access import acls, permissions
 from replicator.clients import kafka_clients
+from replicator.engine import cluster_identity
 from replicator.engine.preflight import preflight
 from replicator.engine.shard_copy import CopyRange, ShardCopier
 from replicator.groups.index import INDEX_PARTITIONS
@@ -34,7 +36,8 @@ CONFIG_SYNC = "topic config sync skipped"
 CREATION = "topic creation skipped"
 INDEX_SIZING = "translation index retention sizing skipped"
 GROUP_SYNC = "group sync skipped"
-MESSAGES = (CONFIG_SYNC, CREATION, INDEX_SIZING, GROUP_SYNC)
+PIN = cluster_identity.PIN_SKIPPED
+MESSAGES = (CONFIG_SYNC, CREATION, INDEX_SIZING, GROUP_SYNC, PIN)
 
 
 @pytest.fixture
@@ -74,14 +77,16 @@ def _expected(a: acls.Acl) -> str | None:
     so Create on it is not needed)."""
     if a.feature == acls.GROUP_SYNC:
         return GROUP_SYNC
+    if a.feature == acls.CLUSTER_PIN:
+        return PIN
     if _kind(a) == "TranslationIndex":
         return INDEX_SIZING if a.feature == acls.CONFIG_SYNC else None
     return CONFIG_SYNC if a.feature == acls.CONFIG_SYNC else CREATION
 
 
 def test_every_optional_acl_has_a_case():
-    assert len({_key(a) for a in OPTIONAL}) == len(OPTIONAL) == 14
-    assert {a.feature for a in OPTIONAL} == {acls.CREATE, acls.CONFIG_SYNC, acls.GROUP_SYNC}
+    assert len({_key(a) for a in OPTIONAL}) == len(OPTIONAL) == 15
+    assert {a.feature for a in OPTIONAL} == {acls.CLUSTER_PIN, acls.CREATE, acls.CONFIG_SYNC, acls.GROUP_SYNC}
 
 
 @pytest.mark.parametrize("removed", OPTIONAL, ids=_case_id)
@@ -101,7 +106,9 @@ def test_each_optional_acl_removed_skips_only_its_feature_naming_it(box, unique,
     secure.grant(box, [a for a in full if a != gone])
 
     caplog.set_level(logging.INFO)
-    cfg, mappings = preflight(config_mod.load({}, config, environ={}))
+    found: list[tuple[cluster_identity.Clusters, bool]] = []
+    cfg, mappings = preflight(config_mod.load({}, config, environ={}),
+                              on_clusters=lambda clusters, pinned: found.append((clusters, pinned)))
     syncing = permissions.check_group_sync(cfg, kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg))
 
     # Only the feature the ACL serves is off, and it is said once, naming operation, resource, principal.
@@ -116,6 +123,11 @@ def test_each_optional_acl_removed_skips_only_its_feature_naming_it(box, unique,
         assert principal in line, line
         assert f"{gone.operation} on {gone.cluster} {gone.resource_type} '{gone.resource_name}'" in line, line
     assert not [r for r in caplog.records if r.levelno >= logging.ERROR]
+    # The target is pinned on the source unless the removed ACL is the pin's.
+    [(clusters, _)] = found
+    assert clusters.pinnable == (expected != PIN)
+    pins = secure.group_offsets(box, "source", cluster_identity.pin_group(cfg), topic, PARTITIONS)
+    assert pins == ({} if expected == PIN else {0: 0}), pins
 
     # The copy still runs exactly once: every source record once, in order, and the offsets group at the end.
     ends = {p: len(v) for p, v in secure.keys_by_partition(box, "source", topic, PARTITIONS).items()}

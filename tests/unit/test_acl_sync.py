@@ -72,6 +72,31 @@ def test_promotion_adds_producers_write_only_on_replicated_topics():
     assert not {b for b in copies(source, {"orders": "west.orders"}, PREFIX) if b.operation == "WRITE"}
 
 
+def test_promotion_adds_the_transactional_rights_of_principals_that_write():
+    source = [rule("orders", "WRITE", principal="User:prod"), rule("orders", "ALL", principal="User:ops"),
+              rule("prod-tx", "WRITE", kind="TRANSACTIONAL_ID", principal="User:prod"),
+              rule("ops-", "ALL", "PREFIXED", kind="TRANSACTIONAL_ID", principal="User:ops"),
+              rule("prod-tx", "DESCRIBE", kind="TRANSACTIONAL_ID", principal="User:prod"),
+              rule("kafka-cluster", "IDEMPOTENT_WRITE", kind="BROKER", principal="User:prod"),
+              rule("kafka-cluster", "ALL", kind="BROKER", principal="User:ops"),
+              rule("prod-tx", "WRITE", kind="TRANSACTIONAL_ID", principal="User:prod", permission="DENY"),
+              rule("other-tx", "WRITE", kind="TRANSACTIONAL_ID", principal="User:reader"),
+              rule("orders", "READ", principal="User:reader"),
+              rule("pay-tx", "WRITE", kind="TRANSACTIONAL_ID", principal="User:payments"),
+              rule("payments", "WRITE", principal="User:payments")]
+    got = promotion_writes(source, {"orders": "west.orders"}, PREFIX)
+    transactional = {b for b in got if b.resource_type != "TOPIC"}
+    # Names kept (a transactional id names no topic); ALL becomes WRITE; the cluster's ALL is not
+    # narrowed into anything; a principal writing no promoted topic gets nothing.
+    assert transactional == {rule("prod-tx", "WRITE", kind="TRANSACTIONAL_ID", principal="User:prod"),
+                             rule("prod-tx", "DESCRIBE", kind="TRANSACTIONAL_ID", principal="User:prod"),
+                             rule("ops-", "WRITE", "PREFIXED", kind="TRANSACTIONAL_ID", principal="User:ops"),
+                             rule("kafka-cluster", "IDEMPOTENT_WRITE", kind="BROKER", principal="User:prod")}
+    assert not copies(source, {"orders": "west.orders"}, PREFIX) & transactional
+    assert rule("prod-tx", "WRITE", kind="TRANSACTIONAL_ID", principal="User:prod").describe() == \
+        "ALLOW User:prod WRITE TransactionalId 'prod-tx' (literal) from host *"
+
+
 def test_binding_round_trips_through_confluent_kafka_and_the_state_key():
     kafka = AclBinding(ResourceType.TOPIC, "west.ord", ResourcePatternType.PREFIXED, "User:app", "10.0.0.1",
                        AclOperation.READ, AclPermissionType.ALLOW)
@@ -95,6 +120,19 @@ def test_least_privilege_table_lists_what_acl_sync_needs():
                    *{("target", "User:w", "Topic", "LITERAL", state_topic("dr"), op)
                      for op in ("Create", "Write", "Read")}}
     assert not [a for a in acls.acl_set(_cfg(sync_acls=False)) if a.feature == acls.ACL_SYNC]
+
+
+def test_the_jobs_own_source_principal_is_known_in_each_form(tmp_path):
+    from replicator.access.acl_sync import own_principals
+    from replicator.sandbox.security import CertificateAuthority
+
+    assert own_principals(_cfg(source={"sasl.username": "repl"})) == {"User:repl"}
+    assert own_principals(_cfg()) == set()
+    ca = CertificateAuthority(tmp_path / "ca")
+    ca.issue("repl", tmp_path / "repl.crt", tmp_path / "repl.key")
+    own = own_principals(_cfg(source={"ssl.certificate.location": str(tmp_path / "repl.crt")}))
+    # The subject as Kafka's default mapping spells it, and its CN as mapping rules usually shorten it.
+    assert "User:repl" in own and len(own) == 2 and all(p.startswith("User:") for p in own), own
 
 
 def test_sync_acls_is_a_validated_boolean():

@@ -10,6 +10,7 @@ from click.testing import CliRunner
 from replicator import config as config_mod
 from replicator.access import acls
 from replicator.cli import main
+from replicator.engine import cluster_identity
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"source_bootstrap_servers": "src:9092", "target_bootstrap_servers": "dst:9092"}
@@ -38,7 +39,7 @@ def test_source_is_only_read_and_required_set_is_minimal():
     entries = acls.acl_set(_cfg(topics="orders", name="dr"), "User:r", "User:w")
     source = {(a.operation, a.feature) for a in entries if a.cluster == "source"}
     assert source == {("Read", acls.REQUIRED), ("Describe", acls.REQUIRED), ("DescribeConfigs", acls.CONFIG_SYNC),
-                      ("Describe", acls.GROUP_SYNC), ("Describe", acls.ACL_SYNC)}
+                      ("Describe", acls.GROUP_SYNC), ("Describe", acls.ACL_SYNC), ("Read", acls.CLUSTER_PIN)}
     assert {a.operation for a in entries if a.cluster == "source"} <= {"Read", "Describe", "DescribeConfigs"}
     required = {(a.resource_type, a.pattern_type, a.resource_name, a.operation) for a in entries
                 if a.cluster == "target" and a.feature == acls.REQUIRED}
@@ -73,8 +74,31 @@ def test_command_prints_kafka_acls_lines_and_json(tmp_path):
     rows = json.loads(CliRunner().invoke(main, ["acls", "--config", str(cfg), "--format", "json",
                                                 "--without", "topic-creation", "--without", "config-sync",
                                                 "--without", "group-sync", "--without", "promotion",
-                                                "--without", "acl-sync"]).output)
+                                                "--without", "acl-sync", "--without", "cluster-pin"]).output)
     assert {r["feature"] for r in rows} == {acls.REQUIRED} and len(rows) == 8
+
+
+def test_the_cluster_pin_is_read_on_its_literal_group_on_the_source(tmp_path):
+    """The one offset cluster_identity commits on the source (issue 50): without this row a job
+    granted exactly `replicator acls` would run unpinned."""
+    [pin] = [a for a in acls.acl_set(_cfg(topics="orders", name="dr"), "User:r", "User:w")
+             if a.feature == acls.CLUSTER_PIN]
+    assert (pin.cluster, pin.principal, pin.resource_type, pin.pattern_type, pin.resource_name, pin.operation) == \
+        ("source", "User:r", "Group", "LITERAL", cluster_identity.pin_group(_cfg(name="dr", topics="orders")), "Read")
+    assert pin.resource_name == "__replicator.dr.target-cluster"
+    cfg = tmp_path / "r.yaml"
+    cfg.write_text("name: dr\ntopics: orders\nsource_bootstrap_servers: src:9092\ntarget_bootstrap_servers: dst:9092\n")
+    lines = CliRunner().invoke(main, ["acls", "--config", str(cfg), "--source-principal", "User:r"]).output
+    assert ("kafka-acls.sh --bootstrap-server src:9092 --command-config source-admin.properties --add "
+            "--allow-principal User:r --operation Read --group '__replicator.dr.target-cluster' "
+            "--resource-pattern-type literal") in lines
+    as_json = ["acls", "--config", str(cfg), "--format", "json", "--source-principal", "User:r",
+               "--target-principal", "User:w"]
+    rows = json.loads(CliRunner().invoke(main, as_json).output)
+    assert [r for r in rows if r["resource_name"] == "__replicator.dr.target-cluster"] == [pin.to_dict()]
+    without = json.loads(CliRunner().invoke(main, [*as_json, "--without", "cluster-pin"]).output)
+    assert [r for r in without if r["feature"] == acls.CLUSTER_PIN] == []
+    assert len(without) == len(rows) - 1
 
 
 def test_promotion_acls_are_the_marker_topic_on_the_target_only():
