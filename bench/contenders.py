@@ -77,14 +77,26 @@ class Contender:
         return ((job.replica, job.partitions),)
 
 
+# A fresh install's Spark cache: empty at a job's first launch, kept for its restart.
+FRESH_INSTALL, FRESH_INSTALL_NO_RECORDING = "fresh", "fresh-norecord"
+
+
 class Replicator(Contender):
-    def __init__(self, guarantee: str, index: bool = True) -> None:
+    def __init__(self, guarantee: str, index: bool = True, install: str = "") -> None:
         self.guarantee = guarantee
         self.index = index  # the consumer-group translation index (its cost is measured on vs off)
+        # "": the bench's own class cache, recorded before the first measurement ("with caches");
+        # FRESH_INSTALL...: an empty one per job, as after `pip install`, with or without the
+        # background recording of the class-data archive (replicator.engine.class_recorder).
+        self.install = install
         short = "eos" if guarantee == "exactly-once" else "alo"
         self.key, self.label = f"replicator-{short}", f"replicator {guarantee}"
         if not index:
             self.key, self.label = f"{self.key}-noindex", f"{self.label}, translation index off"
+        if install:
+            self.key = f"{self.key}-{install}"
+            self.label += (", fresh install" if install == FRESH_INSTALL
+                           else ", fresh install, class-data recording off")
 
     def launch(self, job: Job) -> Tree:
         cmd = [str(Path(sys.executable).with_name("replicator")), "run",
@@ -93,6 +105,10 @@ class Replicator(Contender):
                "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
                *job.extra_args]
         env = {} if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"}
+        if self.install:
+            env["REPLICATOR_SPARK_CLASS_CACHE"] = str(job.logdir / f"{job.tag}-{self.key}-spark-cache")
+            if self.install == FRESH_INSTALL_NO_RECORDING:
+                env["REPLICATOR_SPARK_CLASS_CACHE_RECORD"] = "false"
         if job.compression:  # the `target:` client properties; only the producer reads this one
             env["REPLICATOR_TARGET__COMPRESSION_TYPE"] = job.compression
         return Tree(cmd, job.log(self.key), env=env)
@@ -266,7 +282,9 @@ def parse_consumer_perf(output: str) -> tuple[float, float] | None:
 
 def all_contenders(tasks: int) -> list[Contender]:
     """`tasks`: MM2's tasks.max and the number of parallel transactional producers (our shards)."""
-    return [Replicator("exactly-once"), Replicator("exactly-once", index=False), Replicator("at-least-once"),
+    return [Replicator("exactly-once"), Replicator("exactly-once", install=FRESH_INSTALL),
+            Replicator("exactly-once", install=FRESH_INSTALL_NO_RECORDING),
+            Replicator("exactly-once", index=False), Replicator("at-least-once"),
             BareLoop(), BareLoop(index=False),
             MirrorMaker(True, tasks), MirrorMaker(False, tasks), ParallelTxnProducers(tasks),
             ProducerPerf(True), ProducerPerf(False), ConsumerPerf()]

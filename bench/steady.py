@@ -18,7 +18,10 @@ from bench.proctree import Tree
 from replicator.clients.kafka_clients import with_logging
 from replicator.engine import heap
 
-CONTENDERS = ("replicator-eos", "mm2-eos")
+CONTENDERS = ("replicator-eos", "mm2-eos", "replicator-eos-fresh", "replicator-eos-fresh-norecord")
+# Measured for their restart only: the same start, first minute and steps before the kill as the
+# others (the time a fresh install's background recording has), none of it reported.
+RESTART_ONLY = ("replicator-eos-fresh", "replicator-eos-fresh-norecord")
 # Fractions of the maximum rate: coarse at the bottom, 12.5 % apart near the top, so the highest
 # bounded rate of two contenders is not decided by a doubling step.
 FRACTIONS = (0.25, 0.5, 0.75, 0.875, 1.0, 1.125)

@@ -1,18 +1,20 @@
 """`replicator spark-warmup`: records the Spark class-data archive without any Kafka cluster.
 
-A job records the archive at its clean stop when asked (`spark_class_cache_record`), but a container
-starts from its image every time, and its root filesystem is read-only in the shipped manifests: a
-pod could never keep an archive it recorded. So the image build records one (Dockerfile) with this
-command: a session configured exactly as the job's (same JVM options and SPARK_HOME, so the same
-archive key), running one micro-batch through a Python streaming source into the job's `noop`
-sink, which loads the classes a job's start loads.
+A session configured exactly as the job's (same JVM options, classpath and SPARK_HOME, so the same
+archive, which the JVM accepts from another process), running one micro-batch through a Python
+streaming source into the job's `noop` sink: it loads the classes a job's start loads. A job that
+finds no archive runs it in the background (`--background`, class_recorder). The image build runs
+it too (Dockerfile): a container starts from its image every time, and its root filesystem is
+read-only in the shipped manifests, so a pod could never keep an archive it recorded.
 """
 
 from __future__ import annotations
 
-import dataclasses
+import json
 import logging
+import os
 import shutil
+import signal
 import sys
 import tempfile
 from collections.abc import Iterator
@@ -56,17 +58,16 @@ class _Reader(DataSourceStreamReader):
 
 def record(cfg) -> Path | None:
     """Records the archive for `cfg`'s Spark settings; returns it, or None when none was written."""
-    from replicator.engine import spark_session
+    from replicator.engine import spark_cache, spark_session
 
-    cfg = dataclasses.replace(cfg, spark_class_cache_record=True)
-    archive = spark_session.class_archive(cfg)
+    archive = spark_cache.class_archive(cfg)
     if archive is None:
         return None
     if archive.is_file():
         return archive
     scratch = Path(tempfile.mkdtemp(prefix="replicator-warmup-"))
     try:
-        spark = spark_session.spark_session(cfg, scratch)
+        spark = spark_session.spark_session(cfg, scratch, record=True)
         spark.dataSource.register(_OneBatch)
         query = (spark.readStream.format(_OneBatch.name()).load()
                  .writeStream.format("noop").option("checkpointLocation", str(scratch / "checkpoint"))
@@ -79,14 +80,38 @@ def record(cfg) -> Path | None:
     return archive if archive.is_file() else None
 
 
+def _end_at_sigterm() -> None:
+    """The job that started this recorder stops: its JVM goes without writing an archive (killed, it
+    writes none) and what it had written goes too."""
+    def handler(signum, frame) -> None:
+        from pyspark import SparkContext
+
+        proc = getattr(SparkContext._gateway, "proc", None)
+        if proc is not None:
+            proc.kill()
+            proc.wait()
+        from replicator.engine import spark_session
+
+        if spark_session._recording is not None:
+            spark_session._recording[0].unlink(missing_ok=True)
+        raise SystemExit(128 + signum)  # its scratch folder goes on the way out
+    signal.signal(signal.SIGTERM, handler)
+
+
 @click.command("spark-warmup", hidden=True)
-def spark_warmup() -> None:
+@click.option("--background", is_flag=True, help="started by a job: Spark settings as JSON on stdin, "
+                                                  "lowest CPU priority")
+def spark_warmup(background: bool) -> None:
     """Record the Spark class-data archive into spark_class_cache (REPLICATOR_SPARK_CLASS_CACHE)."""
     from replicator import config as config_mod
     from replicator import logs
 
     placeholder = {"name": "warmup", "topics": "warmup", "source_bootstrap_servers": "127.0.0.1:9",
                    "target_bootstrap_servers": "127.0.0.2:9"}
+    if background:
+        os.nice(19)  # before the JVM starts: it inherits the priority
+        _end_at_sigterm()
+        placeholder.update(json.loads(sys.stdin.read() or "{}"))
     cfg = config_mod.load(placeholder)
     logs.configure(cfg.log_format, cfg.log_level)
     archive = record(cfg)
