@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,6 +77,11 @@ class Contender:
         """The target topics (name, partitions) whose records together make up the copy."""
         return ((job.replica, job.partitions),)
 
+    def before_restart(self, job: Job, timeout_s: float) -> dict:
+        """Waits for what this contender's restart is meant to find (nothing by default); what it
+        reports goes into the restart's row."""
+        return {}
+
 
 # A fresh install's Spark cache: empty at a job's first launch, kept for its restart.
 FRESH_INSTALL, FRESH_INSTALL_NO_RECORDING = "fresh", "fresh-norecord"
@@ -89,6 +95,7 @@ class Replicator(Contender):
         # FRESH_INSTALL...: an empty one per job, as after `pip install`, with or without the
         # background recording of the class-data archive (replicator.engine.class_recorder).
         self.install = install
+        self._first_launch: dict[str, float] = {}  # by job tag: when a fresh install started
         short = "eos" if guarantee == "exactly-once" else "alo"
         self.key, self.label = f"replicator-{short}", f"replicator {guarantee}"
         if not index:
@@ -106,12 +113,31 @@ class Replicator(Contender):
                *job.extra_args]
         env = {} if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"}
         if self.install:
-            env["REPLICATOR_SPARK_CLASS_CACHE"] = str(job.logdir / f"{job.tag}-{self.key}-spark-cache")
+            self._first_launch.setdefault(job.tag, time.time())
+            env["REPLICATOR_SPARK_CLASS_CACHE"] = str(self._cache(job))
             if self.install == FRESH_INSTALL_NO_RECORDING:
                 env["REPLICATOR_SPARK_CLASS_CACHE_RECORD"] = "false"
         if job.compression:  # the `target:` client properties; only the producer reads this one
             env["REPLICATOR_TARGET__COMPRESSION_TYPE"] = job.compression
         return Tree(cmd, job.log(self.key), env=env)
+
+    def _cache(self, job: Job) -> Path:
+        return job.logdir / f"{job.tag}-{self.key}-spark-cache"
+
+    def before_restart(self, job: Job, timeout_s: float) -> dict:
+        """A fresh install's restart is measured once its background recording has published the
+        archive (at most `timeout_s`): the first restart after it, what every later one gets too.
+        How long the recording took since the job started is in the row."""
+        if self.install != FRESH_INSTALL:
+            return {}
+        t0 = time.monotonic()
+        while not list(self._cache(job).glob("*.jsa")) and time.monotonic() - t0 < timeout_s:
+            time.sleep(1)
+        archives = list(self._cache(job).glob("*.jsa"))
+        if not archives:
+            return {"archive_recorded": False}
+        return {"archive_recorded": True,
+                "archive_after_s": archives[0].stat().st_mtime - self._first_launch[job.tag]}
 
 
 class BareLoop(Contender):
