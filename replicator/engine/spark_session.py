@@ -93,7 +93,8 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path, record: bool = False):
         elif record:
             pending = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
             java_options += f" -XX:ArchiveClassesAtExit={pending} {_ARCHIVE_LOGS}"
-    elif cfg.spark_class_cache_record and not record and (folder := spark_cache.cache_folder(cfg)) is not None:
+    elif (cfg.spark_class_cache_record and not record and (folder := spark_cache.cache_folder(cfg)) is not None
+          and not spark_cache.writable(folder)):
         log.info("no Spark class-data archive can be recorded: %s is not writable (spark_class_cache); Spark "
                  "starts without one", folder, extra={"event": "class_archive_skipped"})
     user = dict(cfg.spark)

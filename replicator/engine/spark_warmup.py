@@ -22,6 +22,7 @@ from pathlib import Path
 
 import click
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
+from pyspark.sql.streaming import StreamingQueryListener
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
 log = logging.getLogger("replicator.spark_warmup")  # the log's public name, kept when the module moved
@@ -37,6 +38,22 @@ class _OneBatch(DataSource):
 
     def streamReader(self, schema: StructType) -> DataSourceStreamReader:
         return _Reader()
+
+
+class _Quiet(StreamingQueryListener):
+    """The job listens to its query's progress (a Python listener, the JVM's side of py4j's callback)."""
+
+    def onQueryStarted(self, event) -> None:
+        pass
+
+    def onQueryProgress(self, event) -> None:
+        pass
+
+    def onQueryIdle(self, event) -> None:
+        pass
+
+    def onQueryTerminated(self, event) -> None:
+        pass
 
 
 class _Reader(DataSourceStreamReader):
@@ -69,6 +86,7 @@ def record(cfg) -> Path | None:
     try:
         spark = spark_session.spark_session(cfg, scratch, record=True)
         spark.dataSource.register(_OneBatch)
+        spark.streams.addListener(_Quiet())
         query = (spark.readStream.format(_OneBatch.name()).load()
                  .writeStream.format("noop").option("checkpointLocation", str(scratch / "checkpoint"))
                  .trigger(processingTime="100 milliseconds").start())
@@ -108,11 +126,15 @@ def spark_warmup(background: bool) -> None:
 
     placeholder = {"name": "warmup", "topics": "warmup", "source_bootstrap_servers": "127.0.0.1:9",
                    "target_bootstrap_servers": "127.0.0.2:9"}
+    environ = None  # the process's own
     if background:
         os.nice(19)  # before the JVM starts: it inherits the priority
         _end_at_sigterm()
+        # The job's Spark settings, and only them: options from its environment alone might not
+        # pass the checks that its config file passed.
         placeholder.update(json.loads(sys.stdin.read() or "{}"))
-    cfg = config_mod.load(placeholder)
+        environ = {}
+    cfg = config_mod.load(placeholder, environ=environ)
     logs.configure(cfg.log_format, cfg.log_level)
     archive = record(cfg)
     if archive is None:

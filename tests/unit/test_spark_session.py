@@ -105,3 +105,15 @@ def test_an_archive_not_recorded_says_why(monkeypatch, tmp_path, caplog):
     [record] = caplog.records
     assert "exited with code 1 and wrote an archive" in record.getMessage()
     assert record.event == "class_archive_skipped"
+
+
+def test_one_recorder_per_archive_across_processes(tmp_path):
+    import fcntl
+
+    from replicator.engine import class_recorder
+
+    archive = tmp_path / "spark.jsa"
+    with open(tmp_path / "spark.jsa.lock", "w") as held:  # another process's recorder holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert class_recorder.start(ReplicatorConfig(spark_class_cache=str(tmp_path)), archive) is None
+    assert not (tmp_path / "spark.jsa.recording.log").exists(), "no second recorder was started"
