@@ -164,7 +164,7 @@ def _check_jvm_answers() -> None:
         raise JvmGone(f"the Spark JVM stopped answering: {e}") from e
 
 
-def stop(spark) -> None:
+def stop(spark, archive_write_s: float = _ARCHIVE_WRITE_S) -> None:
     """Stops Spark and a background recording still under way; after a session that recorded a
     class-data archive, lets the JVM exit (it writes the
     archive then) and publishes the archive only if the JVM exited cleanly. Raises JvmGone when the JVM
@@ -189,13 +189,13 @@ def stop(spark) -> None:
         gateway.shutdown()
     proc.stdin.close()  # the gateway JVM exits on EOF of its stdin
     try:
-        code = proc.wait(_ARCHIVE_WRITE_S)
+        code = proc.wait(archive_write_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
         code = None
         log.info("the Spark class-data archive was not recorded: the JVM needed more than %.0f s to write it, "
-                 "nothing was published", _ARCHIVE_WRITE_S, extra={"event": "class_archive_skipped"})
+                 "nothing was published", archive_write_s, extra={"event": "class_archive_skipped"})
     written = pending.is_file() and pending.stat().st_size > 0
     if code == 0 and written:
         os.replace(pending, archive)

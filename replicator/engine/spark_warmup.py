@@ -73,7 +73,12 @@ class _Reader(DataSourceStreamReader):
         pass
 
 
-def record(cfg) -> Path | None:
+# Nobody waits for a background recording, and at the lowest priority on a machine busy with other
+# work the JVM needed more than 240 s to write the archive (load average 45 on 2 cores).
+BACKGROUND_WRITE_S = 1800.0
+
+
+def record(cfg, archive_write_s: float | None = None) -> Path | None:
     """Records the archive for `cfg`'s Spark settings; returns it, or None when none was written."""
     from replicator.engine import spark_cache, spark_session
 
@@ -92,7 +97,7 @@ def record(cfg) -> Path | None:
                  .trigger(processingTime="100 milliseconds").start())
         query.processAllAvailable()
         query.stop()
-        spark_session.stop(spark)
+        spark_session.stop(spark, *(() if archive_write_s is None else (archive_write_s,)))
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
     return archive if archive.is_file() else None
@@ -136,7 +141,7 @@ def spark_warmup(background: bool) -> None:
         environ = {}
     cfg = config_mod.load(placeholder, environ=environ)
     logs.configure(cfg.log_format, cfg.log_level)
-    archive = record(cfg)
+    archive = record(cfg, BACKGROUND_WRITE_S if background else None)
     if archive is None:
         click.echo("error: no class-data archive was recorded (spark_class_cache off, not writable, "
                    "or the JVM did not write it in time)", err=True)
