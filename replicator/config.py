@@ -203,8 +203,9 @@ class ReplicatorConfig:
     # is a separate process, so the first restart after an install is already fast (class_recorder).
     spark_class_cache_record: bool = option(
         True, accepts.boolean, JOB, "When `spark_class_cache` holds no archive for this JVM and Spark, record one "
-        "in the background: a separate short-lived JVM at the lowest CPU priority (~300 MiB while it runs, a "
-        "minute or less) writes it for the next start; `false`: only use an archive that is there already.")
+        "in the background for the next start: a separate short-lived JVM at the lowest CPU priority (a minute on an "
+        "idle machine, several on a busy one; up to ~750 MiB as it writes the archive); `false`: only use an archive "
+        "that is there already.")
 
     # --- Transactions
     # About one transaction per arrival of records, as MirrorMaker 2 commits one per poll. 10 ms kept
