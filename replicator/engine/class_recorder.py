@@ -18,6 +18,7 @@ import fcntl
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -42,15 +43,16 @@ class Recorder:
         self._watch.start()
 
     def stop(self) -> None:
-        """Ends a recording still under way (the run stops): the next start records again."""
+        """Ends a recording still under way (the run stops), its JVM included: the next start records
+        again."""
         if self.proc.poll() is None:
             self._stopping = True
-            self.proc.terminate()
-            try:
+            _signal_group(self.proc.pid, signal.SIGTERM)
+            with contextlib.suppress(subprocess.TimeoutExpired):
                 self.proc.wait(_STOP_WAIT_S)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
+            # Whatever of its group is left: a JVM still starting when the recorder went lives on otherwise.
+            _signal_group(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
         self._watch.join(_STOP_WAIT_S)
 
     def _report(self) -> None:
@@ -93,7 +95,10 @@ def start(cfg: ReplicatorConfig, archive: Path) -> Recorder | None:
         with open(output, "wb") as out:
             proc = subprocess.Popen(
                 [sys.executable, "-m", "replicator.cli", "spark-warmup", "--background"],
-                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, pass_fds=(fd,))
+                stdin=subprocess.PIPE, stdout=out, stderr=subprocess.STDOUT, pass_fds=(fd,),
+                # A group of its own, so the stop can end its JVM with it; a signal meant for the job's
+                # group does not reach it, and a recording a crash left goes on to publish its archive.
+                start_new_session=True)
     except OSError as e:
         log.warning("the Spark class-data archive could not be recorded in the background: %s", e,
                     extra={"event": "class_archive_skipped"})
@@ -107,6 +112,11 @@ def start(cfg: ReplicatorConfig, archive: Path) -> Recorder | None:
     log.info("recording the Spark class-data archive %s in the background (a low-priority JVM); the next start "
              "maps it", archive, extra={"event": "class_archive_recording"})
     return Recorder(proc, archive, output)
+
+
+def _signal_group(pgid: int, sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)
 
 
 def _last_line(path: Path) -> str:

@@ -104,20 +104,14 @@ def record(cfg, archive_write_s: float | None = None) -> Path | None:
 
 
 def _end_at_sigterm() -> None:
-    """The job that started this recorder stops: its JVM goes without writing an archive (killed, it
-    writes none) and what it had written goes too."""
+    """The job that started this recorder stops: the recorder's whole group goes, its JVM at whatever
+    stage of its start (killed, a JVM writes no archive), and what it had written goes too."""
     def handler(signum, frame) -> None:
-        from pyspark import SparkContext
-
-        proc = getattr(SparkContext._gateway, "proc", None)
-        if proc is not None:
-            proc.kill()
-            proc.wait()
         from replicator.engine import spark_session
 
         if spark_session._recording is not None:
             spark_session._recording[0].unlink(missing_ok=True)
-        raise SystemExit(128 + signum)  # its scratch folder goes on the way out
+        os.killpg(os.getpgrp(), signal.SIGKILL)
     signal.signal(signal.SIGTERM, handler)
 
 

@@ -4,6 +4,7 @@ start-up CPU, replicator.engine.class_recorder), replicating as before."""
 
 from __future__ import annotations
 
+import os
 import time
 from pathlib import Path
 
@@ -24,6 +25,13 @@ def _spark_jvm(job: ReplicatorProcess) -> psutil.Process:
 
 def _maps(proc: psutil.Process, path: Path) -> bool:
     return str(path) in Path(f"/proc/{proc.pid}/maps").read_text()
+
+
+def _group_of(proc: psutil.Process) -> int | None:
+    try:
+        return os.getpgid(proc.pid)
+    except ProcessLookupError:
+        return None
 
 
 def _records(start: int, n: int) -> list[tuple]:
@@ -78,6 +86,8 @@ def test_a_stop_during_the_recording_ends_it_and_leaves_nothing_behind(sandbox, 
         recorders = [p for p in psutil.Process(job.pid).children(recursive=True) if "spark-warmup" in p.cmdline()]
         assert len(recorders) == 1, recorders
         wait_until(lambda: recorders[0].nice() == 19, 60, "the recorder to run at the lowest CPU priority", job)
+        group = recorders[0].pid  # the recorder leads a process group of its own: it and its JVM
         assert job.sigterm() == 0
-    assert not recorders[0].is_running(), "the stop ended the recorder"
+    left = [p for p in psutil.process_iter() if _group_of(p) == group]
+    assert not left, f"the stop ended the recorder and its JVM: {left}"
     assert not list(cache.glob("*.jsa")) and not list(cache.glob("*.tmp")), list(cache.iterdir())
