@@ -9,6 +9,7 @@ from __future__ import annotations
 import re
 import shlex
 import sys
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -76,15 +77,33 @@ class Contender:
         """The target topics (name, partitions) whose records together make up the copy."""
         return ((job.replica, job.partitions),)
 
+    def before_restart(self, job: Job, timeout_s: float) -> dict:
+        """Waits for what this contender's restart is meant to find (nothing by default); what it
+        reports goes into the restart's row."""
+        return {}
+
+
+# A fresh install's Spark cache: empty at a job's first launch, kept for its restart.
+FRESH_INSTALL, FRESH_INSTALL_NO_RECORDING = "fresh", "fresh-norecord"
+
 
 class Replicator(Contender):
-    def __init__(self, guarantee: str, index: bool = True) -> None:
+    def __init__(self, guarantee: str, index: bool = True, install: str = "") -> None:
         self.guarantee = guarantee
         self.index = index  # the consumer-group translation index (its cost is measured on vs off)
+        # "": the bench's own class cache, recorded before the first measurement ("with caches");
+        # FRESH_INSTALL...: an empty one per job, as after `pip install`, with or without the
+        # background recording of the class-data archive (replicator.engine.class_recorder).
+        self.install = install
+        self._first_launch: dict[str, float] = {}  # by job tag: when a fresh install started
         short = "eos" if guarantee == "exactly-once" else "alo"
         self.key, self.label = f"replicator-{short}", f"replicator {guarantee}"
         if not index:
             self.key, self.label = f"{self.key}-noindex", f"{self.label}, translation index off"
+        if install:
+            self.key = f"{self.key}-{install}"
+            self.label += (", fresh install" if install == FRESH_INSTALL
+                           else ", fresh install, class-data recording off")
 
     def launch(self, job: Job) -> Tree:
         cmd = [str(Path(sys.executable).with_name("replicator")), "run",
@@ -93,9 +112,32 @@ class Replicator(Contender):
                "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
                *job.extra_args]
         env = {} if self.index else {"REPLICATOR_TRANSLATION_INDEX": "false"}
+        if self.install:
+            self._first_launch.setdefault(job.tag, time.time())
+            env["REPLICATOR_SPARK_CLASS_CACHE"] = str(self._cache(job))
+            if self.install == FRESH_INSTALL_NO_RECORDING:
+                env["REPLICATOR_SPARK_CLASS_CACHE_RECORD"] = "false"
         if job.compression:  # the `target:` client properties; only the producer reads this one
             env["REPLICATOR_TARGET__COMPRESSION_TYPE"] = job.compression
         return Tree(cmd, job.log(self.key), env=env)
+
+    def _cache(self, job: Job) -> Path:
+        return job.logdir / f"{job.tag}-{self.key}-spark-cache"
+
+    def before_restart(self, job: Job, timeout_s: float) -> dict:
+        """A fresh install's restart is measured once its background recording has published the
+        archive (at most `timeout_s`): the first restart after it, what every later one gets too.
+        How long the recording took since the job started is in the row."""
+        if self.install != FRESH_INSTALL:
+            return {}
+        t0 = time.monotonic()
+        while not list(self._cache(job).glob("*.jsa")) and time.monotonic() - t0 < timeout_s:
+            time.sleep(1)
+        archives = list(self._cache(job).glob("*.jsa"))
+        if not archives:
+            return {"archive_recorded": False}
+        return {"archive_recorded": True,
+                "archive_after_s": archives[0].stat().st_mtime - self._first_launch[job.tag]}
 
 
 class BareLoop(Contender):
@@ -266,7 +308,9 @@ def parse_consumer_perf(output: str) -> tuple[float, float] | None:
 
 def all_contenders(tasks: int) -> list[Contender]:
     """`tasks`: MM2's tasks.max and the number of parallel transactional producers (our shards)."""
-    return [Replicator("exactly-once"), Replicator("exactly-once", index=False), Replicator("at-least-once"),
+    return [Replicator("exactly-once"), Replicator("exactly-once", install=FRESH_INSTALL),
+            Replicator("exactly-once", install=FRESH_INSTALL_NO_RECORDING),
+            Replicator("exactly-once", index=False), Replicator("at-least-once"),
             BareLoop(), BareLoop(index=False),
             MirrorMaker(True, tasks), MirrorMaker(False, tasks), ParallelTxnProducers(tasks),
             ProducerPerf(True), ProducerPerf(False), ConsumerPerf()]

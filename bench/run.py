@@ -28,6 +28,7 @@ import argparse
 import dataclasses
 import json
 import os
+import subprocess
 import sys
 import time
 import traceback
@@ -37,7 +38,6 @@ from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from bench import catchup, kafka_ops, many, parts, reaper, report, shapes, steady, wan
 from bench.contenders import Job, all_contenders
-from bench.proctree import Tree
 from replicator.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -181,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"target transaction.version {restore_tv} -> {args.target_transaction_version} for this run",
                   flush=True)
         if any(c.key.startswith("replicator") for c in contenders):
-            _tidy(lambda: _record_class_archive(box, logdir, stamp))
+            _tidy(_record_class_archive)
         if not args.no_catchup:
             topics = {size: _preloaded(box, size, records, logdir) for size, records in sizes}
             if not args.quick:
@@ -215,6 +215,8 @@ def main(argv: list[str] | None = None) -> int:
                 for size, shape in rotated([(size, shape) for shape in load_shapes for size in steady_sizes], run):
                     for c in rotated(steady_contenders, run):
                         restart_too = size == steady_sizes[0] and shape == load_shapes[0]
+                        if c.key in steady.RESTART_ONLY and not restart_too:
+                            continue
                         j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0, shape=shape)
                         _settle(box)
                         doc["load"].append([time.time(), *os.getloadavg()])
@@ -225,6 +227,8 @@ def main(argv: list[str] | None = None) -> int:
                                             "peak_rss_mb": 0.0, "error": f"bench error: {e}"}, None))
                         _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
                         _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
+                        if c.key in steady.RESTART_ONLY:
+                            s, first = [], None
                         doc["steady"] += s
                         if first:
                             doc["first_minute"].append(first)
@@ -356,25 +360,16 @@ def _wan_status(row: dict) -> str:
                "payload B" if "link_cpu_s_per_gb" in row else ""))
 
 
-def _record_class_archive(box: Sandbox, logdir: Path, stamp: str) -> None:
-    """A deployed job maps a Spark class-data archive recorded once (see replicator.engine.spark_session);
-    one warm-up run asked to record it and stopped cleanly makes it, unless it exists."""
+def _record_class_archive() -> None:
+    """The "with caches" runs of ours map a Spark class-data archive recorded before the first
+    measurement, as make test's and the image's (replicator spark-warmup), unless it exists."""
     from replicator.config import ReplicatorConfig
-    from replicator.engine import spark_session
+    from replicator.engine import spark_cache
 
-    archive = spark_session.class_archive(ReplicatorConfig())
+    archive = spark_cache.class_archive(ReplicatorConfig())
     if archive is None or archive.is_file():
         return
-    log = logdir / "class-archive-warmup.log"
-    cmd = [str(Path(sys.executable).with_name("replicator")), "run", "--source-bootstrap-servers",
-           box.source.bootstrap, "--target-bootstrap-servers", box.target.bootstrap, "--topics",
-           f"warmup-{stamp}", "--name", f"bench-warmup-{stamp}", "--metrics-port", "0"]
-    tree = Tree(cmd, log, env={"REPLICATOR_SPARK_CLASS_CACHE_RECORD": "true"})
-    deadline = time.monotonic() + 300
-    while time.monotonic() < deadline and tree.running() and "progress:" not in log.read_text(errors="replace"):
-        time.sleep(1)
-    tree.stop(grace=300)
-    kafka_ops.delete_topics(box.target.bootstrap, f"bench-warmup-{stamp}")  # its index topic
+    subprocess.run([str(Path(sys.executable).with_name("replicator")), "spark-warmup"], check=False, timeout=900)
     print(f"class-data archive {'recorded' if archive.is_file() else 'NOT recorded'}: {archive}", flush=True)
 
 

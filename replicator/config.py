@@ -193,14 +193,19 @@ class ReplicatorConfig:
         "counting the loss.", flag_for=RUN)
     spark: Mapping[str, str] = option(
         {}, accepts.spark_properties, JOB, "Spark properties for the job's session.", env="none")
-    # Where the driver JVM's class-data archive is kept between runs (faster start-up).
+    # Where the driver JVM's class-data archive is kept between runs (faster start-up): spark_cache.
     spark_class_cache: str = option(
-        "~/.cache/replicator", accepts.cache_directory, JOB, "Where the driver JVM's class-data archive is kept "
-        "between runs (half the JVM's start-up CPU); `off`: none.")
-    # The stop then waits for the JVM to write it: seconds on an idle machine, minutes on a loaded one.
+        "auto", accepts.cache_directory, JOB, "Where the driver JVM's class-data archive (half the JVM's start-up "
+        "CPU) and the Python workers' SPARK_HOME are kept between runs: `auto` is `$XDG_CACHE_HOME/replicator`, "
+        "else `~/.cache/replicator`; an absolute directory; `off`: none (e.g. a read-only filesystem). An archive "
+        "already there is used even when the directory is read-only.")
+    # A job's own JVM can only write an archive as it exits, which a crash never reaches: the recorder
+    # is a separate process, so the first restart after an install is already fast (class_recorder).
     spark_class_cache_record: bool = option(
-        False, accepts.boolean, JOB, "Record the class-data archive at this run's clean stop when there is none "
-        "(e.g. once, at image build); the stop then waits for the JVM to write it.")
+        True, accepts.boolean, JOB, "When `spark_class_cache` holds no archive for this JVM and Spark, record one "
+        "in the background for the next start: a separate short-lived JVM at the lowest CPU priority (a minute on an "
+        "idle machine, several on a busy one; up to ~750 MiB as it writes the archive); `false`: only use an archive "
+        "that is there already.")
 
     # --- Transactions
     # About one transaction per arrival of records, as MirrorMaker 2 commits one per poll. 10 ms kept

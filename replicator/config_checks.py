@@ -239,10 +239,10 @@ def spark_properties(key: str, value: Any) -> dict[str, str]:
 
 
 def cache_directory(key: str, value: Any) -> str:
-    """an absolute directory (or ~/...) or 'off'"""
+    """`auto`, an absolute directory (or ~/...) or `off`"""
     text = str(value).strip()
-    if text != "off" and not (text.startswith("/") or text.startswith("~")):
-        raise ConfigError(key, "expected an absolute directory (or ~/...) or 'off'")
+    if text not in ("auto", "off") and not (text.startswith("/") or text.startswith("~")):
+        raise ConfigError(key, "expected 'auto', an absolute directory (or ~/...) or 'off'")
     return text
 
 

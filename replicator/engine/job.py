@@ -394,7 +394,7 @@ class _Background:
 def _stop_spark(spark) -> None:
     if spark is not None:
         try:
-            spark.stop()
+            session.stop(spark)  # with a background recording it started
         except Exception as e:  # noqa: BLE001 - the start failed anyway; say why Spark did not stop
             log.warning("spark stop: %s", e)
 

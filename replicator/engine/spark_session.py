@@ -2,26 +2,24 @@
 Spark's own log lines in the job's log format instead of log4j's default profile on stderr.
 
 Start-up (a restart is a recovery point) is mostly the driver JVM loading and verifying Spark's
-classes: ~14-16 s of CPU. A class-data archive (AppCDS, JEP 350) of what a run loaded halves that.
-The archive is written by the JVM when it exits, which takes seconds to minutes, so recording is
-asked for (`spark_class_cache_record`: a first run, an image build, the bench's warm-up) and the
-archive is published only after that run's clean stop (`stop`), under a name that changes with the
-JVM, the Spark version and SPARK_HOME; every later run maps it. A missing, foreign or damaged
-archive is ignored by the JVM.
+classes: ~14-16 s of CPU. A class-data archive (AppCDS, JEP 350) of what a start loads halves that.
+Every start maps the archive for its JVM, Spark version and SPARK_HOME (spark_cache) if there is
+one; a start that finds none has one recorded in the background (class_recorder), so a fresh
+install's first restart is already fast. A missing, foreign or damaged archive is ignored by the JVM.
 """
 
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
 
 from replicator.config import ReplicatorConfig
+from replicator.engine import class_recorder, spark_cache
+from replicator.engine.spark_cache import JVM_OPTIONS, spark_home
 
 log = logging.getLogger("replicator.spark_session")  # the log's public name, kept when the module moved
 
@@ -33,15 +31,17 @@ log = logging.getLogger("replicator.spark_session")  # the log's public name, ke
 # for the cores. C1 alone took the JVM's CPU to a restarted job's first copied record from 6.8-8.2 s
 # to 3.9-4.4 s and that restart from 14.0 s to 9.5 s (medians of 6, BENCHMARKS.md).
 _DRIVER_MEMORY = "512m"
-_JVM_OPTIONS = "-XX:+UseSerialGC -Xms32m -XX:ReservedCodeCacheSize=64m -XX:TieredStopAtLevel=1"
 
 _ARCHIVE_LOGS = "-Xlog:cds*=off -Xlog:class+path=off"  # "skipping signed JAR" and mismatch notes
-# A clean stop of a recording run waits this long at most for the JVM to write the archive (seconds
-# on an idle machine, minutes on an overloaded one); then the JVM is killed and nothing is published.
+# A clean stop of a recording session (the recorder's, spark_warmup) waits this long at most for the
+# JVM to write the archive (seconds on an idle machine, minutes on an overloaded one); then the JVM is
+# killed and nothing is published.
 _ARCHIVE_WRITE_S = 240.0
 
 # (archive being written, where it is published) of this process's session, if it records one.
 _recording: tuple[Path, Path] | None = None
+# The background recording this process's session started, if any.
+_recorder: class_recorder.Recorder | None = None
 
 _TEXT_PATTERN = "%d{HH:mm:ss} %p %c: %m%n"
 _JSON_PATTERN = ('{"ts":"%d{yyyy-MM-dd\'T\'HH:mm:ss.SSS\'Z\'}{UTC}","level":"%p","logger":"%enc{%c}{JSON}",'
@@ -70,7 +70,9 @@ def log4j2_properties(log_format: str) -> str:
     ])
 
 
-def spark_session(cfg: ReplicatorConfig, scratch: Path):
+def spark_session(cfg: ReplicatorConfig, scratch: Path, record: bool = False):
+    """The session; `record`: this JVM records the class-data archive as it exits (the recorder's
+    own session), else a missing archive is recorded in the background when `spark_class_cache_record`."""
     os.environ.setdefault("PYSPARK_PYTHON", sys.executable)
     os.environ.setdefault("PYSPARK_DRIVER_PYTHON", sys.executable)
     if cfg.spark_master.startswith("local"):
@@ -82,15 +84,19 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path):
     os.environ["SPARK_HOME"] = str(spark_home(cfg))
     log4j = scratch / "log4j2.properties"
     log4j.write_text(log4j2_properties(cfg.log_format))
-    java_options = f"-Dderby.system.home={scratch} -Dlog4j2.configurationFile={log4j} {_JVM_OPTIONS}"
-    archive = class_archive(cfg)
+    java_options = f"-Dderby.system.home={scratch} -Dlog4j2.configurationFile={log4j} {JVM_OPTIONS}"
+    archive = spark_cache.class_archive(cfg)
     pending = None
     if archive is not None:
         if archive.is_file():
             java_options += f" -XX:SharedArchiveFile={archive} {_ARCHIVE_LOGS}"
-        elif cfg.spark_class_cache_record:
+        elif record:
             pending = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
             java_options += f" -XX:ArchiveClassesAtExit={pending} {_ARCHIVE_LOGS}"
+    elif (cfg.spark_class_cache_record and not record and (folder := spark_cache.cache_folder(cfg)) is not None
+          and not spark_cache.writable(folder)):
+        log.info("no Spark class-data archive can be recorded: %s is not writable (spark_class_cache); Spark "
+                 "starts without one", folder, extra={"event": "class_archive_skipped"})
     user = dict(cfg.spark)
     if extra := user.pop("spark.driver.extraJavaOptions", ""):
         java_options += f" {extra}"  # last wins in the JVM: the user's own options override ours
@@ -118,82 +124,12 @@ def spark_session(cfg: ReplicatorConfig, scratch: Path):
         builder = builder.config(k, v)
     spark = builder.getOrCreate()
     spark.sparkContext.setLogLevel("ERROR")
-    global _recording
+    global _recording, _recorder
     _recording = (pending, archive) if pending is not None else None
+    # Once this session has started: its own start is never slowed by the recorder's.
+    if archive is not None and not archive.is_file() and not record and cfg.spark_class_cache_record:
+        _recorder = class_recorder.start(cfg, archive)
     return spark
-
-
-def spark_home(cfg: ReplicatorConfig) -> Path:
-    """The SPARK_HOME the job runs with: the user's, else `worker_spark_home`, else PySpark's own."""
-    if os.environ.get("SPARK_HOME"):
-        return Path(os.environ["SPARK_HOME"])
-    import pyspark
-
-    return worker_spark_home(cfg) or Path(pyspark.__file__).parent
-
-
-def worker_spark_home(cfg: ReplicatorConfig) -> Path | None:
-    """A SPARK_HOME for pip-installed PySpark that lacks python/lib/pyspark.zip.
-
-    Spark puts that zip first on every Python worker's PYTHONPATH, and Python compiles modules
-    imported from a zip on every start: 1.2 s of CPU against 0.4 s for the same pyspark from
-    site-packages with its cached bytecode (measured here). Spark waits a fixed 10 s for a new
-    worker to connect back, which a loaded machine then missed (the planner's process). Without the
-    zip, workers import the installed pyspark, the same version. Kept in the cache folder (a stable
-    path: the class-data archive records the jars' paths); None when the cache is off or its folder
-    cannot be written (`spark_home` lets a user's SPARK_HOME win before asking)."""
-    if cfg.spark_class_cache == "off":
-        return None
-    import pyspark
-
-    real = Path(pyspark.__file__).parent
-    if not (real / "jars").is_dir():
-        return None
-    home = Path(cfg.spark_class_cache).expanduser() / f"spark-home-{pyspark.__version__}-{_digest(str(real))}"
-    try:
-        home.mkdir(parents=True, exist_ok=True)
-        for name in ("bin", "sbin", "jars", "conf", "data", "licenses"):
-            link = home / name
-            if (real / name).exists() and not link.is_symlink():
-                link.symlink_to(real / name)
-    except OSError:
-        return None
-    return home
-
-
-def _digest(text: str) -> str:
-    return hashlib.sha1(text.encode()).hexdigest()[:12]
-
-
-def class_archive(cfg: ReplicatorConfig) -> Path | None:
-    """Where the class-data archive for this JVM, Spark version and SPARK_HOME lives (an existing one
-    also in a read-only folder); None when switched off or nothing could be recorded there. Removes
-    recordings left by runs that did not stop cleanly."""
-    if cfg.spark_class_cache == "off":
-        return None
-    import pyspark
-
-    java = Path(os.environ["JAVA_HOME"], "bin", "java") if os.environ.get("JAVA_HOME") else shutil.which("java")
-    if java is None:
-        return None
-    # The archive holds the jars' paths: it is only valid for the SPARK_HOME it was recorded with.
-    key = _digest(f"{Path(java).resolve()}|{pyspark.__version__}|{spark_home(cfg)}|{_JVM_OPTIONS}")
-    folder = Path(cfg.spark_class_cache).expanduser()
-    archive = folder / f"spark-{pyspark.__version__}-{key}.jsa"
-    if archive.is_file():  # also from a read-only folder (an image that ships its archive)
-        return archive
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-    except OSError:
-        return None
-    if not os.access(folder, os.W_OK):
-        return None
-    for stale in folder.glob("spark-*.jsa.*.tmp"):  # left by a run that did not stop cleanly
-        pid = stale.suffixes[-2].lstrip(".")
-        if not pid.isdigit() or not Path(f"/proc/{pid}").exists():
-            with contextlib.suppress(OSError):
-                stale.unlink()
-    return archive
 
 
 def jvm_ended(wait_s: float = 10.0) -> bool:
@@ -228,13 +164,17 @@ def _check_jvm_answers() -> None:
         raise JvmGone(f"the Spark JVM stopped answering: {e}") from e
 
 
-def stop(spark) -> None:
-    """Stops Spark; after a run that recorded a class-data archive, lets the JVM exit (it writes the
+def stop(spark, archive_write_s: float = _ARCHIVE_WRITE_S) -> None:
+    """Stops Spark and a background recording still under way; after a session that recorded a
+    class-data archive, lets the JVM exit (it writes the
     archive then) and publishes the archive only if the JVM exited cleanly. Raises JvmGone when the JVM
     no longer answers: pyspark turns that into a warning during stop, which a caller cannot tell from a
     clean stop."""
+    global _recording, _recorder
+    if _recorder is not None:
+        _recorder.stop()
+        _recorder = None
     spark.stop()
-    global _recording
     if _recording is None:
         _check_jvm_answers()
         return
@@ -249,13 +189,13 @@ def stop(spark) -> None:
         gateway.shutdown()
     proc.stdin.close()  # the gateway JVM exits on EOF of its stdin
     try:
-        code = proc.wait(_ARCHIVE_WRITE_S)
+        code = proc.wait(archive_write_s)
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
         code = None
         log.info("the Spark class-data archive was not recorded: the JVM needed more than %.0f s to write it, "
-                 "nothing was published", _ARCHIVE_WRITE_S, extra={"event": "class_archive_skipped"})
+                 "nothing was published", archive_write_s, extra={"event": "class_archive_skipped"})
     written = pending.is_file() and pending.stat().st_size > 0
     if code == 0 and written:
         os.replace(pending, archive)

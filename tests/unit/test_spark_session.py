@@ -7,33 +7,43 @@ import re
 from pathlib import Path
 
 from replicator.config import ReplicatorConfig
-from replicator.engine import spark_session
+from replicator.engine import spark_cache, spark_session
 
 
 def test_class_cache_off_means_no_archive():
-    assert spark_session.class_archive(ReplicatorConfig(spark_class_cache="off")) is None
+    assert spark_cache.class_archive(ReplicatorConfig(spark_class_cache="off")) is None
+
+
+def test_auto_is_the_users_cache_folder(monkeypatch, tmp_path):
+    auto = ReplicatorConfig()
+    assert auto.spark_class_cache == "auto"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert spark_cache.cache_folder(auto) == tmp_path / "xdg" / "replicator"
+    monkeypatch.setenv("XDG_CACHE_HOME", "relative")  # invalid by the XDG spec: ignored
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert spark_cache.cache_folder(auto) == tmp_path / "home" / ".cache" / "replicator"
 
 
 def test_archive_named_for_this_jvm_and_spark_and_stale_recordings_removed(tmp_path):
     cfg = ReplicatorConfig(spark_class_cache=str(tmp_path / "cache"))
-    archive = spark_session.class_archive(cfg)
+    archive = spark_cache.class_archive(cfg)
     assert archive is not None and archive.parent == tmp_path / "cache" and archive.suffix == ".jsa"
     assert re.fullmatch(r"spark-[\w.]+-[0-9a-f]{12}\.jsa", archive.name)
     dead = archive.with_name(f"{archive.name}.999999999.tmp")  # no such pid
     live = archive.with_name(f"{archive.name}.{os.getpid()}.tmp")
     dead.write_bytes(b"x")
     live.write_bytes(b"x")
-    assert spark_session.class_archive(cfg) == archive
+    assert spark_cache.class_archive(cfg) == archive
     assert not dead.exists() and live.exists(), "only a recording whose process is gone is removed"
 
 
 def test_an_archive_in_a_read_only_folder_is_used(tmp_path):
     cfg = ReplicatorConfig(spark_class_cache=str(tmp_path))
-    archive = spark_session.class_archive(cfg)
+    archive = spark_cache.class_archive(cfg)
     archive.write_bytes(b"archive")
     tmp_path.chmod(0o555)
     try:
-        assert spark_session.class_archive(cfg) == archive
+        assert spark_cache.class_archive(cfg) == archive
     finally:
         tmp_path.chmod(0o755)
 
@@ -95,3 +105,15 @@ def test_an_archive_not_recorded_says_why(monkeypatch, tmp_path, caplog):
     [record] = caplog.records
     assert "exited with code 1 and wrote an archive" in record.getMessage()
     assert record.event == "class_archive_skipped"
+
+
+def test_one_recorder_per_archive_across_processes(tmp_path):
+    import fcntl
+
+    from replicator.engine import class_recorder
+
+    archive = tmp_path / "spark.jsa"
+    with open(tmp_path / "spark.jsa.lock", "w") as held:  # another process's recorder holds it
+        fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        assert class_recorder.start(ReplicatorConfig(spark_class_cache=str(tmp_path)), archive) is None
+    assert not (tmp_path / "spark.jsa.recording.log").exists(), "no second recorder was started"
