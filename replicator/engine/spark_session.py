@@ -166,10 +166,9 @@ def _check_jvm_answers() -> None:
 
 def stop(spark, archive_write_s: float = _ARCHIVE_WRITE_S) -> None:
     """Stops Spark and a background recording still under way; after a session that recorded a
-    class-data archive, lets the JVM exit (it writes the
-    archive then) and publishes the archive only if the JVM exited cleanly. Raises JvmGone when the JVM
-    no longer answers: pyspark turns that into a warning during stop, which a caller cannot tell from a
-    clean stop."""
+    class-data archive, lets the JVM exit (it writes the archive then) and publishes the archive only
+    if the JVM exited cleanly. Raises JvmGone when the JVM no longer answers: pyspark turns that into
+    a warning during stop, which a caller cannot tell from a clean stop."""
     global _recording, _recorder
     if _recorder is not None:
         _recorder.stop()
