@@ -243,11 +243,12 @@ def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 
 
 class AgesSeen:
     """The oldest record's timestamp per partition and the resume offset it was read at, from the
-    last lookup. The first committed record at or after an offset never changes once it exists,
-    so while a partition's copy stands still its age is known without a read. Each read costs a
-    record batch per partition (`kafka_clients.source_peeker`), and across a WAN link the copy's
-    own reads share that link. Only records found are kept: "nothing committed after the resume
-    offset" (-1) stops being true when the next record arrives."""
+    last lookup. The first committed record at or after an offset does not change once it exists
+    (unless retention or compaction removes it: the age then stays that record's until the copy
+    moves), so while a partition's copy stands still its age is known without a read. Each read
+    costs a record batch per partition (`kafka_clients.source_peeker`), and across a WAN link the
+    copy's own reads share that link. Only records found are kept: "nothing committed after the
+    resume offset" (-1) stops being true when the next record arrives."""
 
     def __init__(self) -> None:
         self._at: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, partition) -> (resume, timestamp)
