@@ -52,7 +52,33 @@ def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
 
 def source_consumer(cfg: ReplicatorConfig) -> Consumer:
     """Reads assigned ranges only; never subscribes and never commits on the source."""
+    return Consumer(with_logging(_source_reader(cfg)))
+
+
+def source_peeker(cfg: ReplicatorConfig) -> Consumer:
+    """A source consumer that reads a record or so at each assigned position and is then closed (the
+    age of the oldest record still to copy, `ops.lag.with_ages`)."""
     return Consumer(with_logging({
+        **_source_reader(cfg),
+        # With the copy's sizes, each lookup prefetched 4 MiB per lagging partition and fetched again
+        # before the loop had paused them: 46 MB through a WAN link for one record in each of 8
+        # partitions, every 5 s progress line while a backlog lasts, which doubled the bytes a
+        # catch-up pulled across the link (BENCHMARKS.md, "Running across regions"). librdkafka
+        # doubles a partition's fetch size by itself when its first batch does not fit. Set after
+        # the user's properties: their fetch tuning is the copy's.
+        "fetch.max.bytes": _PEEK_FETCH_BYTES,
+        "max.partition.fetch.bytes": 64 * 1024,
+        "queued.min.messages": 1,
+        "queued.max.messages.kbytes": _PEEK_FETCH_BYTES // 1024,
+    }))
+
+
+# librdkafka refuses a fetch.max.bytes below message.max.bytes (default 1,000,000).
+_PEEK_FETCH_BYTES = 1024 * 1024
+
+
+def _source_reader(cfg: ReplicatorConfig) -> dict:
+    return {
         # How long the broker holds a fetch that has nothing to return: arriving data (or a source
         # commit moving the last stable offset) answers it at once, so the wait sets only how often
         # idle partitions are fetched again (CPU on both sides, per partition: librdkafka has no
@@ -86,7 +112,7 @@ def source_consumer(cfg: ReplicatorConfig) -> Consumer:
         "enable.partition.eof": True,
         # An out-of-range start means retention overtook replication: surface it, never reset silently.
         "auto.offset.reset": "error",
-    }))
+    }
 
 
 def target_producer(cfg: ReplicatorConfig, transactional_id: str | None) -> Producer:

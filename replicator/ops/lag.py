@@ -204,22 +204,25 @@ def partition_lags(cfg: ReplicatorConfig, mappings: list[TopicMapping], timeout_
         reader.close()
 
 
-def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 10.0) -> list[PartitionLag]:
+def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 10.0,
+              seen: AgesSeen | None = None) -> list[PartitionLag]:
     """`lags` with `oldest_timestamp_ms` filled in: the read_committed record at each lagging
     partition's resume offset is the oldest one still to copy (markers and aborted records are
     skipped by the consumer, which is what "committed" means here). Partitions whose record could
-    not be read in `timeout` keep None."""
+    not be read in `timeout` keep None. `seen` carries what earlier lookups found (a running job's
+    every progress line): a partition whose resume offset has not moved since is not read again."""
     lagging = {(x.source_topic, x.partition): x for x in lags if x.records > 0}
-    found: dict[tuple[str, int], int] = {}
-    if lagging:
-        consumer = kafka_clients.source_consumer(cfg)
+    found: dict[tuple[str, int], int] = seen.known(lagging) if seen is not None else {}
+    unread = {tp: x for tp, x in lagging.items() if tp not in found}
+    if unread:
+        consumer = kafka_clients.source_peeker(cfg)
         try:
-            consumer.assign([TopicPartition(t, p, x.resume) for (t, p), x in lagging.items()])
+            consumer.assign([TopicPartition(t, p, x.resume) for (t, p), x in unread.items()])
             deadline = time.monotonic() + timeout
             while len(found) < len(lagging) and time.monotonic() < deadline:
-                for m in consumer.consume(len(lagging), 0.5):
+                for m in consumer.consume(len(unread), 0.5):
                     tp = (m.topic(), m.partition())
-                    if tp not in lagging or tp in found:
+                    if tp not in unread or tp in found:
                         continue
                     err = m.error()
                     if err is None:
@@ -230,7 +233,28 @@ def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 
                     consumer.pause([TopicPartition(*tp)])
         finally:
             consumer.close()
+    if seen is not None:
+        seen.remember(lagging, found)
     return [x if x.records == 0 and x.oldest_timestamp_ms == -1 else
             dataclasses.replace(x, oldest_timestamp_ms=found.get((x.source_topic, x.partition),
                                                                  None if x.records > 0 else -1))
             for x in lags]
+
+
+class AgesSeen:
+    """The oldest record's timestamp per partition and the resume offset it was read at, from the
+    last lookup. The first committed record at or after an offset does not change once it exists
+    (unless retention or compaction removes it: the age then stays that record's until the copy
+    moves), so while a partition's copy stands still its age is known without a read. Each read
+    costs a record batch per partition (`kafka_clients.source_peeker`), and across a WAN link the
+    copy's own reads share that link. Only records found are kept: "nothing committed after the
+    resume offset" (-1) stops being true when the next record arrives."""
+
+    def __init__(self) -> None:
+        self._at: dict[tuple[str, int], tuple[int, int]] = {}  # (topic, partition) -> (resume, timestamp)
+
+    def known(self, lagging: Mapping[tuple[str, int], PartitionLag]) -> dict[tuple[str, int], int]:
+        return {tp: self._at[tp][1] for tp, x in lagging.items() if self._at.get(tp, (None,))[0] == x.resume}
+
+    def remember(self, lagging: Mapping[tuple[str, int], PartitionLag], found: Mapping[tuple[str, int], int]) -> None:
+        self._at = {tp: (lagging[tp].resume, ts) for tp, ts in found.items() if ts >= 0}

@@ -25,7 +25,7 @@ from prometheus_client import (
 
 from replicator import __version__
 from replicator.config import ReplicatorConfig
-from replicator.ops.lag import PartitionLag, with_ages
+from replicator.ops.lag import AgesSeen, PartitionLag, with_ages
 from replicator.replication_policy import policy_for
 
 log = logging.getLogger("replicator.metrics")
@@ -159,6 +159,7 @@ class MetricsObserver:
         # (source topic, partition, target topic) -> the (records, seconds) last exported
         self._lags: dict[tuple[str, str, str], tuple[int, float | None]] = {}
         self._applied: list[PartitionLag] = []  # the lookup applied last, object by object
+        self._ages = AgesSeen()
         self.last_batch_at = 0.0
         self.last_lag_at = 0.0
         self.lag_total: int | None = None
@@ -214,7 +215,7 @@ class MetricsObserver:
             return  # the lookup failed or nothing is selected: keep the last known values
         started = time.time()
         try:
-            lags = with_ages(self.cfg, lags)
+            lags = with_ages(self.cfg, lags, seen=self._ages)
         except Exception as e:  # noqa: BLE001 - the offsets lag is still exact without the ages
             log.warning("lag in seconds unavailable: %s", e)
         m = self.metrics

@@ -84,7 +84,7 @@ def test_rare_batch_events_are_logged_with_metric_names(caplog):
 
 
 def test_lag_gauges_follow_the_partitions_looked_up(monkeypatch):
-    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags: lags)  # ages: integration tests
+    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags, **kw: lags)  # ages: integration tests
     obs = MetricsObserver(CFG)
     caught_up = [PartitionLag("orders", "east.orders", p, 100, 100, 0) for p in range(3)]
     obs.on_lag(caught_up)
@@ -110,7 +110,7 @@ def test_lag_gauges_follow_the_partitions_looked_up(monkeypatch):
 def test_lag_gauges_when_the_lookup_hands_back_the_same_objects(monkeypatch):
     """The lookup reuses a caught-up partition's object between ticks; the observer skips those, and
     must still see every change of value, of age and of the selection itself."""
-    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags: lags)
+    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags, **kw: lags)
     obs = MetricsObserver(CFG)
     lags = [PartitionLag("orders", "east.orders", p, 100, 100, 0, -1) for p in range(3)]
     obs.on_lag(lags)
@@ -156,7 +156,7 @@ def test_partition_lag_records_and_seconds():
 
 def test_readiness_needs_a_running_query_and_recent_progress_or_caught_up(monkeypatch):
     # Ages are read from the source cluster (integration tests); here only the offsets matter.
-    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags: lags)
+    monkeypatch.setattr("replicator.ops.metrics.with_ages", lambda cfg, lags, **kw: lags)
     obs = MetricsObserver(CFG)
     assert obs.readiness() == (False, "the streaming query has not started yet")
     job = _Job()
