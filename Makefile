@@ -120,11 +120,20 @@ clean:
 # A one-node Kubernetes cluster on this machine (deploy/local-cluster/, as root): etcd, the control
 # plane and a kubelet on containerd, on 127.0.24.1; the first `k8s-up` compiles Kubernetes (tens of
 # minutes, cached in ~/.cache/replicator). `k8s-down` stops it and undoes every host change.
-.PHONY: k8s-up k8s-down k8s-test
-k8s-up:
+.PHONY: k8s-up k8s-down k8s-test k8sdebs
+# Debian's etcd, containerd, runc, CNI plugins and catatonit (the pause image), installed as root when
+# missing: a fresh machine has none of them.
+K8S_DEBS := etcd-server containerd runc containernetworking-plugins catatonit podman iptables openssl
+k8sdebs:
+	@command -v etcd >/dev/null && command -v containerd >/dev/null && command -v runc >/dev/null && \
+	  command -v catatonit >/dev/null && command -v podman >/dev/null && [ -x /usr/lib/cni/loopback ] || { \
+	  if [ "$$(id -u)" = 0 ]; then apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq \
+	    --no-install-recommends $(K8S_DEBS) >/dev/null; \
+	  else echo "missing: run 'sudo apt-get install $(K8S_DEBS)'" >&2; exit 1; fi; }
+k8s-up: k8sdebs
 	deploy/local-cluster/up.sh
 k8s-down:
 	deploy/local-cluster/down.sh
 # The manifests on that cluster (tests/k8s; starts the cluster when none runs, and stops it after).
-k8s-test: $(STAMP) jars debs containertools deploytools | .pytest-tmp
+k8s-test: $(STAMP) jars debs containertools deploytools k8sdebs | .pytest-tmp
 	$(call pytest,k8s) -q -s -m k8s tests/k8s

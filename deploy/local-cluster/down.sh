@@ -79,5 +79,40 @@ if [[ ! -s "${K8S_RUN}/host/run-containerd" && -d /run/containerd ]]; then
   find /run/containerd -depth -type d -empty -delete 2>/dev/null
 fi
 
+# The host's state as up.sh found it outlives the run directory for the check below.
+K8S_HOST_BEFORE="$(mktemp -d)"
+trap 'rm -rf "$K8S_HOST_BEFORE"' EXIT
+cp -a "${K8S_RUN}/host/." "$K8S_HOST_BEFORE/" 2>/dev/null
 rm -rf "$K8S_RUN" 2>/dev/null || echo "k8s-down: ${K8S_RUN} not fully removed (something still mounted?)" >&2
-echo "k8s-down: stopped; ${K8S_RUN} removed" >&2
+
+# What must be gone now, checked rather than assumed: a process of the cluster (its binaries, a shim of
+# its containerd, or a container whose root is under the run directory), a mount, a cgroup, an iptables
+# chain the kubelet added, the run directory. Any left is named and the exit code is 1.
+left=()
+for p in /proc/[0-9]*; do
+  pid="${p#/proc/}"
+  [[ "$pid" == "$$" ]] && continue
+  cmd="$( { tr '\0' ' ' <"${p}/cmdline"; } 2>/dev/null)" || continue
+  root="$(readlink "${p}/root" 2>/dev/null)" || root=""
+  if [[ "$cmd" == *"${K8S_BIN}/"* || "$cmd" == *"${K8S_CONTAINERD_SOCK}"* ||
+        "$cmd" == *"--config ${K8S_RUN}/"* || "$cmd" == *"--data-dir ${K8S_RUN}/"* || "$root" == "${K8S_RUN}/"* ]]; then
+    left+=("process ${pid}: ${cmd:0:120}")
+  fi
+done
+while read -r m; do left+=("mount ${m}"); done < <(awk -v run="$K8S_RUN" 'index($5, run) == 1 {print $5}' /proc/self/mountinfo)
+for h in /sys/fs/cgroup/*/; do [[ -d "${h%/}${K8S_CGROUP_ROOT}" ]] && left+=("cgroup ${h%/}${K8S_CGROUP_ROOT}"); done
+for tool in iptables ip6tables; do
+  command -v "$tool" >/dev/null || continue
+  for t in filter nat mangle; do
+    while read -r chain; do
+      grep -qxF "$chain" "${K8S_HOST_BEFORE}/${tool}-${t}" 2>/dev/null || left+=("${tool} -t ${t} chain ${chain}")
+    done < <("$tool" -t "$t" -S 2>/dev/null | awk '$1 == "-N" && $2 ~ /^KUBE-/ {print $2}')
+  done
+done
+[[ -e "$K8S_RUN" ]] && left+=("directory ${K8S_RUN}")
+[[ ! -s "${K8S_HOST_BEFORE}/run-containerd" && -e /run/containerd ]] && left+=("directory /run/containerd")
+if [[ ${#left[@]} -gt 0 ]]; then
+  printf 'k8s-down: left behind: %s\n' "${left[@]}" >&2
+  exit 1
+fi
+echo "k8s-down: stopped; nothing left (no process, mount, cgroup, KUBE- iptables chain or ${K8S_RUN})" >&2
