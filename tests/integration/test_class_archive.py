@@ -23,6 +23,14 @@ def _spark_jvm(job: ReplicatorProcess) -> psutil.Process:
     return jvms[0]
 
 
+def _cmdline(proc: psutil.Process) -> list[str]:
+    """A child that exited but is not yet reaped (a Python worker, say) has no command line."""
+    try:
+        return proc.cmdline()
+    except (psutil.ZombieProcess, psutil.NoSuchProcess):
+        return []
+
+
 def _maps(proc: psutil.Process, path: Path) -> bool:
     return str(path) in Path(f"/proc/{proc.pid}/maps").read_text()
 
@@ -83,7 +91,7 @@ def test_a_stop_during_the_recording_ends_it_and_leaves_nothing_behind(sandbox, 
     with ReplicatorProcess(sandbox, topic, name, tmp_path / "run.log",
                            env={"REPLICATOR_SPARK_CLASS_CACHE": str(cache)}) as job:
         wait_until(lambda: "recording the Spark class-data archive" in job.log(), 400, "the recording to start", job)
-        recorders = [p for p in psutil.Process(job.pid).children(recursive=True) if "spark-warmup" in p.cmdline()]
+        recorders = [p for p in psutil.Process(job.pid).children(recursive=True) if "spark-warmup" in _cmdline(p)]
         assert len(recorders) == 1, recorders
         wait_until(lambda: recorders[0].nice() == 19, 60, "the recorder to run at the lowest CPU priority", job)
         group = recorders[0].pid  # the recorder leads a process group of its own: it and its JVM
