@@ -65,8 +65,8 @@ class Tree:
         self.peak_rss = 0
         # Proportional set size: a page shared by N processes counts 1/N to each, so the tree's sum
         # counts every page once. The RSS sum counts pages a forking parent shares with its children
-        # once per process (Spark's Python fork server and its workers, which the job ran until
-        # 2026-11-27); a single JVM has no such pages.
+        # once per process (Spark's Python fork server and its workers, which the job once
+        # ran); a single JVM has no such pages.
         self.peak_pss = 0
         # MiB and count of processes per role at the sample with the highest RSS sum.
         self.peak_by_role: dict[str, dict] = {}

@@ -45,7 +45,7 @@ RESULTS = ROOT / "bench" / "results.json"
 PARTITIONS = 8
 # Long enough for a copy of ours to run ~10 s on this box: at 1M x 1 KiB it took 2 s, where one 0.1 s
 # poll of the catch-up watch and one transaction's commit at the end are 5 % of the rate, and the
-# exactly-once / at-least-once line (>= 0.97) cannot be told from noise (BENCHMARKS.md, 2026-12-01).
+# exactly-once / at-least-once line (>= 0.97) cannot be told from noise (BENCHMARKS.md, "How it is measured").
 FULL_SIZES = [(1024, 5_000_000), (100, 10_000_000)]
 QUICK_SIZES = [(1024, 200_000), (100, 400_000)]
 
@@ -116,7 +116,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--target-transaction-version", type=int, choices=(0, 1, 2),
                    help="set the target cluster's transaction.version for this run, restored after. MirrorMaker "
                         "2's Java producer uses version 2 (KIP-890) where the cluster offers it; librdkafka, "
-                        "ours, speaks the older protocol either way (BENCHMARKS.md, 2026-12-01 evening)")
+                        "ours, speaks the older protocol either way (BENCHMARKS.md, 'What bounds latency')")
     return p.parse_args(argv)
 
 
@@ -387,7 +387,7 @@ def _catch_up(box: Sandbox, contender, j: Job, run: int, timeout: float, loads: 
 def _warm_up(contender, jobs: dict, box: Sandbox, timeout: float) -> None:
     """One catch-up per record size that counts for nothing before run 1. The first catch-up on
     freshly started brokers copied 137k-229k rec/s against 235k-390k later in 4 of the 6 bench
-    invocations without it (BENCHMARKS.md, 2026-11-29 morning), and run 1 starts with the first
+    invocations without it (BENCHMARKS.md, "How it is measured"), and run 1 starts with the first
     contender given, so it was always ours."""
     for size, j in jobs.items():
         r = _catch_up(box, contender, j, 0, timeout, [])
@@ -400,8 +400,8 @@ def _delete_at_once(box: Sandbox) -> None:
     set on the bench's own brokers only). Every measurement deletes the ~1 GB it wrote; a minute
     later the broker removed those files during whichever measurement ran then, and that one paid
     for it: replicator exactly-once copied 1 KiB at 249k-253k rec/s against 377k-411k with the
-    deletions kept out, the brokers' CPU per GB 3.5 against 1.8-2.0 (BENCHMARKS.md, 2026-11-29
-    morning)."""
+    deletions kept out, the brokers' CPU per GB 3.5 against 1.8-2.0 (BENCHMARKS.md, "How it
+    is measured")."""
     for cluster in (box.source, box.target):
         a = kafka_ops.admin(cluster.bootstrap)
         nodes = a.describe_cluster(request_timeout=30).result().nodes

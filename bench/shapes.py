@@ -3,7 +3,7 @@
 - keyed (the default): keys cycle over KEYS distinct values, so librdkafka's key hash sends records
   to every partition all the time, as keyed DR traffic does.
 - keyless: no key, so librdkafka's sticky partitioner fills one partition's batch at a time (the
-  only shape measured before 2026-12-02).
+  shape the bench's first tables measured).
 - skewed: HOT_SHARE of the records carry one of HOT_KEYS keys (at most that many partitions run
   hot), the rest are keyed as above.
 

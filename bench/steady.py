@@ -47,7 +47,7 @@ class Watcher:
 
     It runs in a process of its own. As a thread of the bench process it shared one GIL with the
     process-tree sampler and the load bookkeeping, and on a saturated box it fell 0.4 M records
-    behind records already visible on the target (BENCHMARKS.md, 2026-11-29): its backlog counted
+    behind records already visible on the target (BENCHMARKS.md, "How it is measured"): its backlog counted
     as the contender's latency. Only the count, the restart probe and the percentiles cross over."""
 
     def __init__(self, bootstrap: str, topic: str, partitions: int) -> None:
@@ -261,7 +261,7 @@ def measure(contender: Contender, job: Job, run: int, max_rate: float, step_s: f
             # Judged on what the replica shows, not on what the watcher has read: on a saturated box
             # the watcher (then a thread of this process) fell 0.4 M records behind records already
             # visible on the target, under our job's larger transactions only, and that counted as
-            # the contender's lag (BENCHMARKS.md, 2026-11-29). Transaction markers make `visible`
+            # the contender's lag (BENCHMARKS.md, "How it is measured"). Transaction markers make `visible`
             # overstate by one per partition and commit: 13-15k by a run's top step there.
             visible = target.total()
             lag = sent - read

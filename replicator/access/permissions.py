@@ -154,7 +154,7 @@ GROUP_DESCRIBE_WAIT_S = 5.0
 # librdkafka 2.16 aborts the whole process (`rd_kafka_enq_once_del_source_return: Assertion
 # 'eonce->refcnt > 0'`) once an admin request to a group coordinator has timed out inside librdkafka:
 # the late coordinator answer releases the request a second time. A fresh cluster creating
-# __consumer_offsets under load made that routine at start-up (RELIABILITY.md). So librdkafka is
+# __consumer_offsets under load made that routine at start-up (docs/reliability.md). So librdkafka is
 # never given a timeout that can expire. A request can also stay stuck in librdkafka's coordinator
 # lookup (seen on a fresh three-broker cluster: no answer in 60 s), which the old 30 s timeout used
 # to end: instead, after GROUP_DESCRIBE_WAIT_S another request is sent and the first answer of any

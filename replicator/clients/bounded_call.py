@@ -4,7 +4,7 @@ librdkafka 2.16's `send_offsets_to_transaction()` can block past its own timeout
 coordinator request it makes never checks its deadline (librdkafka issues #5456 and #5511, fix
 proposed in PR #5457, not released). It happened in the multi-broker chaos matrix when the group
 coordinator's broker was cut off from its peers: a shard's task stood in that call for minutes
-(RELIABILITY.md). So such a call runs on a helper thread; past its timeout and a grace the copy
+(docs/reliability.md). So such a call runs on a helper thread; past its timeout and a grace the copy
 loop gives up on it with a retriable timeout, starts over with a new producer (whose
 `init_transactions()` fences the stuck one) and re-reads its offsets from the target.
 

@@ -2,7 +2,7 @@
 
 librdkafka's `assign()` consumers can go silent after a broker restart: connected, no error, no
 record, while the partition fills up behind them (confluentinc/librdkafka#5153, open; the chaos
-harness's own reader froze that way twice, RELIABILITY.md). A shard task would then copy nothing
+harness's own reader froze that way twice, docs/reliability.md). A shard task would then copy nothing
 of those partitions until it ends (`batch_duration_seconds`, 5 minutes by default): a recovery
 point minutes old exactly after a broker incident, with lag the only symptom.
 

@@ -84,17 +84,17 @@ def _source_reader(cfg: ReplicatorConfig) -> dict:
         # idle partitions are fetched again (CPU on both sides, per partition: librdkafka has no
         # incremental fetch sessions, KIP-227). 2 s instead of librdkafka's 500 ms: a job idle at
         # 5,000 partitions used 3.2-5.7 % of a core (median 5.6) instead of 6.7-7.4 (BENCHMARKS.md,
-        # 2026-11-26 evening). What it costs: partitions assigned while a fetch is in flight (a
+        # "Many partitions"). What it costs: partitions assigned while a fetch is in flight (a
         # task's start, a retry) wait for its answer, up to 2 s when nothing arrives on the others.
         # Not longer: at 5 s a task's end-of-partition events (which move its position over the
-        # markers at the end) came after 5 s tasks had ended (BENCHMARKS.md, 2026-11-26 night).
+        # markers at the end) came after 5 s tasks had ended (BENCHMARKS.md, "Many partitions").
         "fetch.wait.max.ms": 2000,
         # Prefetch sized to what a shard needs to keep its producer busy (issue 13). The records of a
         # fetch response share its buffer, which lives until the last of them is copied, and the 100 B
         # catch-up prefetched up to queued.min.messages (default 100,000) per partition: with 16/4 MiB
         # responses and 20,000 records per partition instead of 64/16 MiB and 100,000, each shard
-        # worker peaked at ~190 MiB instead of ~330 at the same throughput (BENCHMARKS.md, 2026-11-26
-        # afternoon). 16 MiB of queue instead of 64 was faster and ~100 MiB lighter (queue A/B).
+        # worker peaked at ~190 MiB instead of ~330 at the same throughput (docs/design.md,
+        # "The data path"). 16 MiB of queue instead of 64 was faster and ~100 MiB lighter (queue A/B).
         "fetch.max.bytes": 16 * 1024 * 1024,
         "max.partition.fetch.bytes": 4 * 1024 * 1024,
         "queued.min.messages": 20_000,

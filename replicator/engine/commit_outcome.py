@@ -5,8 +5,8 @@ transaction in doubt: when the coordinator moved while the commit was in flight,
 and the retried EndTxn came back "fenced" (transaction version 2 bumps the producer epoch with
 every commit). Re-reading the fake group should then show the committed offsets, but in the
 three-broker chaos run a group-coordinator failover answered the offsets from before that commit,
-and the shard copied its last five records per partition a second time (RELIABILITY.md,
-2026-11-26). The data cannot be stale that way: a read_committed read at a target offset the
+and the shard copied its last five records per partition a second time (docs/reliability.md,
+"What the faults found"). The data cannot be stale that way: a read_committed read at a target offset the
 transaction wrote (from its delivery reports) returns that record if the transaction committed,
 skips it once the transaction is known aborted, and stops short of it while it is still open.
 """

@@ -41,7 +41,7 @@ SLOW_CLUSTER_CALL_S = 2 * PROGRESS_INTERVAL_S
 # interpreter can take longer to start. A shard task whose worker missed it fails and Spark runs the
 # task again (spark.task.maxFailures). The streaming source's runner, started with every query, fails
 # the query before it planned anything. Seen in the soak and the multi-broker chaos runs at load
-# average ~30 on 2 cores (RELIABILITY.md). The job then starts a new query in the same process instead
+# average ~30 on 2 cores (docs/reliability.md). The job then starts a new query in the same process instead
 # of exiting: all state that matters is in the target (records and fake group, committed together),
 # so this is a restart as after a crash.
 TRANSIENT_QUERY_FAILURES = ("Python worker failed to connect back",)

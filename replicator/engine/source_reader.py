@@ -137,7 +137,7 @@ class SourceReader:
         """The source consumer handed back an offset below the copy position: everything below it was
         already copied (in this attempt's transactions) or deliberately skipped, so copying it again
         would duplicate it on the target. Seen once in the multi-broker chaos run during source rolling
-        restarts (RELIABILITY.md): ~570 records of a partition copied twice, nothing logged. The
+        restarts (docs/reliability.md): ~570 records of a partition copied twice, nothing logged. The
         consumer's position is not trusted over ours; its extra records are dropped."""
         if st.rewound_from != st.next:
             st.rewound_from = st.next

@@ -77,8 +77,8 @@ class TransactionRhythm:
         the cached high watermarks count as waiting). After a full read, a shorter or an empty one
         means the local fetch queue ran dry for a moment, not that the source did: the count made
         then, less the time since, still holds. Ending transactions at the first short read ended a
-        catch-up's at 0.3 s at 1 KiB, three times the commits of its time bound (BENCHMARKS.md,
-        2026-12-01). A read that waited and got nothing ends the count."""
+        catch-up's at 0.3 s at 1 KiB, three times the commits of its time bound (docs/design.md,
+        "How a transaction is sized"). A read that waited and got nothing ends the count."""
         now = time.monotonic()
         if full:
             backlog = self._backlog_s(waiting)

@@ -1,7 +1,7 @@
 """A commit call that fails after the transaction may have committed (the coordinator moved, the
 retried EndTxn came back fenced) leaves it in doubt. The target's data settles it; a transaction
 that did commit is counted once and its end positions become floors, so a stale group answer from
-before it is refused instead of copying its records a second time (RELIABILITY.md, 2026-11-26)."""
+before it is refused instead of copying its records a second time (docs/reliability.md, "What the faults found")."""
 
 from __future__ import annotations
 
