@@ -26,7 +26,7 @@ from typing import Any
 import yaml
 
 from replicator import config_checks as accepts
-from replicator import secret_refs
+from replicator import names, secret_refs
 from replicator.config_checks import Check, ConfigError
 
 __all__ = ["ConfigError", "ENV_PREFIX", "OPTIONS", "Option", "ReplicatorConfig", "TABLE", "is_secret", "load"]
@@ -293,7 +293,7 @@ class ReplicatorConfig:
 
     @property
     def group(self) -> str:
-        return self.offsets_group or f"__replicator.{self.name}"
+        return self.offsets_group or names.offsets_group(self.name)
 
     @property
     def shard_count(self) -> int:

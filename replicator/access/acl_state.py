@@ -18,16 +18,17 @@ from __future__ import annotations
 import json
 import time
 
-from confluent_kafka import Consumer, KafkaError, KafkaException, Producer, TopicPartition
+from confluent_kafka import Producer, TopicPartition
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator import names
 from replicator.access.acl_translate import Binding
-from replicator.clients.kafka_clients import with_logging
+from replicator.clients import kafka_clients
+from replicator.clients.partition_reads import read_to_end
+from replicator.clients.topic_creation import create_topic_if_missing
 from replicator.config import ReplicatorConfig
 
 COPY, STAGED, PROMOTED = "copy", "staged", "promoted"
-_TOPIC_ALREADY_EXISTS = 36
 
 
 def state_topic(job_name: str) -> str:
@@ -37,13 +38,7 @@ def state_topic(job_name: str) -> str:
 def ensure_topic(cfg: ReplicatorConfig, target: AdminClient) -> None:
     """Creates the state topic unless it exists; KafkaException on any other refusal."""
     topic = state_topic(cfg.name)
-    fut = target.create_topics([NewTopic(topic, 1, cfg.replication_factor, config={"cleanup.policy": "compact"})],
-                               request_timeout=60)[topic]
-    try:
-        fut.result()
-    except KafkaException as e:
-        if e.args[0].code() != _TOPIC_ALREADY_EXISTS:
-            raise
+    create_topic_if_missing(target, NewTopic(topic, 1, cfg.replication_factor, config={"cleanup.policy": "compact"}))
     deadline = time.monotonic() + 30
     while not exists(target, topic) and time.monotonic() < deadline:
         time.sleep(0.2)
@@ -66,26 +61,12 @@ class AclState:
 
     def load(self) -> AclState:
         # Under the offsets group's id, which the job's ACLs cover: the consumer never joins or commits.
-        consumer = Consumer(with_logging({**self.cfg.client_properties("target"),
-                                          "bootstrap.servers": self.cfg.target_bootstrap_servers,
-                                          "group.id": self.cfg.group, "enable.auto.commit": False,
-                                          "enable.partition.eof": True, "auto.offset.reset": "earliest"}))
+        consumer = kafka_clients.reader_to_end(self.cfg.client_properties("target"), self.cfg.target_bootstrap_servers,
+                                               self.cfg.group)
         found: dict[str, set[Binding]] = {COPY: set(), STAGED: set(), PROMOTED: set()}
         try:
-            if not exists(consumer, self.topic):
-                self.entries = found  # never created: nothing recorded (a dry run creates nothing)
-                return self
-            consumer.assign([TopicPartition(self.topic, 0, 0)])
-            deadline = time.monotonic() + 60
-            while True:
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"reading {self.topic} did not reach its end in 60s")
-                for m in consumer.consume(500, 1.0):
-                    if m.error() is not None:
-                        if m.error().code() == KafkaError._PARTITION_EOF:
-                            self.entries = found
-                            return self
-                        raise KafkaException(m.error())
+            if exists(consumer, self.topic):  # else never created: nothing recorded (a dry run creates nothing)
+                for m in read_to_end(consumer, [TopicPartition(self.topic, 0, 0)]):
                     kind, key = json.loads(m.key())
                     if m.value() is None:
                         found[kind].discard(Binding.from_key(key))
@@ -93,6 +74,8 @@ class AclState:
                         found[kind].add(Binding.from_key(key))
         finally:
             consumer.close()
+        self.entries = found
+        return self
 
     def record(self, kind: str, bindings: set[Binding]) -> None:
         self._write(kind, bindings, tombstone=False)
@@ -106,9 +89,7 @@ class AclState:
         if not bindings:
             return
         if self._producer is None:
-            self._producer = Producer(with_logging({**self.cfg.client_properties("target"),
-                                                    "bootstrap.servers": self.cfg.target_bootstrap_servers,
-                                                    "enable.idempotence": True, "acks": "all"}))
+            self._producer = kafka_clients.target_writer(self.cfg)
         errors: list[str] = []
         for b in sorted(bindings):
             value = None if tombstone else json.dumps({"kind": kind, "acl": b.describe(), "at": time.time()})

@@ -30,6 +30,7 @@ from confluent_kafka.admin import (
     ResourceType,
 )
 
+from replicator import names
 from replicator.access import acl_translate, permissions
 from replicator.access.acl_metrics import AclSyncMetrics
 from replicator.access.acl_state import COPY, PROMOTED, STAGED, AclState, ensure_topic, exists, state_topic
@@ -44,8 +45,8 @@ NO_AUTHORIZER = "has no authorizer"  # every principal may do anything there: no
 _EVERY_ACL = AclBindingFilter(ResourceType.ANY, None, ResourcePatternType.ANY, None, None, AclOperation.ANY,
                               AclPermissionType.ANY)
 # Matches nothing real: asked only to learn whether the cluster has an authorizer at all.
-_NO_ACL = AclBindingFilter(ResourceType.TOPIC, "__replicator.acl-probe", ResourcePatternType.LITERAL, None, None,
-                           AclOperation.ANY, AclPermissionType.ANY)
+_NO_ACL = AclBindingFilter(ResourceType.TOPIC, f"{names.INTERNAL_PREFIX}acl-probe", ResourcePatternType.LITERAL, None,
+                           None, AclOperation.ANY, AclPermissionType.ANY)
 
 
 @dataclass

@@ -174,6 +174,21 @@ def group_reader(cfg: ReplicatorConfig) -> Consumer:
     return group_handle(cfg.client_properties("target"), cfg.target_bootstrap_servers, cfg.group)
 
 
+def group_entries_reader(cfg: ReplicatorConfig) -> Consumer:
+    """A member-less handle on the fake group that reads its pending (transactional) commits too:
+    for callers that need only the entries' metadata, where a stable read would wait out a
+    transaction a killed run left open (librdkafka asks for stable offsets exactly when its
+    isolation level is read_committed)."""
+    return Consumer(with_logging({**_member_less(cfg.client_properties("target"), cfg.target_bootstrap_servers,
+                                                 cfg.group), "isolation.level": "read_uncommitted"}))
+
+
+def target_pin_handle(cfg: ReplicatorConfig) -> Consumer:
+    """A member-less handle on the source group that pins the target's cluster id."""
+    return group_handle(cfg.client_properties("source"), cfg.source_bootstrap_servers,
+                        names.target_pin_group(cfg.name))
+
+
 def target_probe(cfg: ReplicatorConfig) -> Consumer:
     """Reads one target partition read_committed from a given offset (a commit in doubt, see
     `commit_outcome`)."""

@@ -37,13 +37,14 @@ import logging
 import time
 from dataclasses import dataclass
 
-from confluent_kafka import Consumer, KafkaException, TopicPartition
+from confluent_kafka import KafkaException, TopicPartition
 from confluent_kafka.admin import AclOperation, AdminClient
 
 from replicator import names
 from replicator.access import permissions
+from replicator.clients import kafka_clients
 from replicator.clients.client_errors import transient
-from replicator.clients.kafka_clients import kafka_error, with_logging
+from replicator.clients.kafka_clients import kafka_error
 from replicator.config import ReplicatorConfig
 from replicator.offsets import read_group
 
@@ -103,18 +104,11 @@ class Pin:
             return None
 
 
-def _pin_client(cfg: ReplicatorConfig) -> Consumer:
-    return Consumer(with_logging({**cfg.client_properties("source"), "bootstrap.servers": cfg.source_bootstrap_servers,
-                                  "group.id": pin_group(cfg), "enable.auto.commit": False}))
-
-
 def _group_entries(cfg: ReplicatorConfig) -> list:
     """Every entry of the offsets group on the target, pending commits included: only their
     metadata's ids matter here, and a stable read would wait out a transaction that a killed run
     left open (librdkafka asks for stable offsets exactly when its isolation level is read_committed)."""
-    reader = Consumer(with_logging({**cfg.client_properties("target"),
-                                    "bootstrap.servers": cfg.target_bootstrap_servers, "group.id": cfg.group,
-                                    "enable.auto.commit": False, "isolation.level": "read_uncommitted"}))
+    reader = kafka_clients.group_entries_reader(cfg)
     try:
         return [c for c in read_group(reader, timeout=_TIMEOUT_S).values() if c.metadata]
     except KafkaException as e:
@@ -151,7 +145,7 @@ def _read_pin(cfg: ReplicatorConfig, topics: list[str]) -> Pin | None:
     """The newest pin on the source among `topics`' first partitions."""
     if not topics:
         return None
-    client = _pin_client(cfg)
+    client = kafka_clients.target_pin_handle(cfg)
     try:
         found = _retrying(lambda: client.committed([TopicPartition(t, 0) for t in topics], timeout=_TIMEOUT_S))
     finally:
@@ -222,7 +216,7 @@ def pin(cfg: ReplicatorConfig, clusters: Clusters, source_topics: list[str]) -> 
         return True
     if not source_topics:
         return False  # nothing is copied yet either: pinned once a topic is
-    client = _pin_client(cfg)
+    client = kafka_clients.target_pin_handle(cfg)
     record = Pin(clusters.target, clusters.source, int(time.time())).encode()
     tp = TopicPartition(sorted(source_topics)[0], 0, 0, record)
     try:
