@@ -21,7 +21,7 @@ from confluent_kafka import Consumer
 from confluent_kafka.admin import AdminClient, NewTopic
 
 from replicator import config as config_mod
-from replicator import logs
+from replicator import logs, names
 from replicator.clients.kafka_clients import with_logging
 from replicator.commands.sample_data import SampleProducer
 from replicator.offsets import read_group
@@ -107,7 +107,7 @@ def _copied(bootstrap: str) -> int:
 
 
 def _group_offsets(bootstrap: str) -> dict[int, int]:
-    reader = Consumer(with_logging({"bootstrap.servers": bootstrap, "group.id": f"__replicator.{NAME}",
+    reader = Consumer(with_logging({"bootstrap.servers": bootstrap, "group.id": names.offsets_group(NAME),
                                     "enable.auto.commit": False}))
     group = read_group(reader, [TOPIC])
     reader.close()
@@ -157,7 +157,7 @@ def demo(seconds: int, rate: int, keep_sandbox: bool) -> None:
         _say(click.style("SIGKILL the replicator mid-stream (driver, Spark JVM, workers)", fg="yellow"))
         job.kill()
         offsets = _group_offsets(box.target.bootstrap)
-        _say(f"offsets committed on the target (fake group __replicator.{NAME}): {offsets}")
+        _say(f"offsets committed on the target (fake group {names.offsets_group(NAME)}): {offsets}")
         _say("restarting with nothing but its config: it resumes from exactly those offsets")
         job = _Job(box.source.bootstrap, box.target.bootstrap, log_path)
         _watch(producer, cfg, seconds, box.target.bootstrap)
