@@ -294,8 +294,12 @@ def test_spark_k8s_overlay_runs_executor_pods_and_survives_losing_them(kube, ima
     src, tgt = sandbox.source.bootstrap, sandbox.target.bootstrap
     create_topic(src, topic, PARTITIONS)
     produce_transactional(src, topic, records(3000, 0), f"seed-{unique}", per_txn=500, abort_every=4)
+    # With hostNetwork every executor pod would claim Spark's fixed block manager port (7079) as a
+    # host port, and the second one found no node with the port free ("didn't have free ports for the
+    # requested pod ports"); port 0 takes any free port and declares none.
     config = {**SPARK_CONFIG, "name": name, "topics": topic, "source_bootstrap_servers": src,
-              "target_bootstrap_servers": tgt, "source": {}, "target": {}}
+              "target_bootstrap_servers": tgt, "source": {}, "target": {},
+              "spark": {**SPARK_CONFIG["spark"], "spark.blockManager.port": "0"}}
     instances = int(SPARK_CONFIG["spark"]["spark.executor.instances"])
     overlay = write_spark_overlay(tmp_path / "overlay", kube, image, config, metrics_port(kube, 2))
     verify_args = ["--source-bootstrap-servers", src, "--target-bootstrap-servers", tgt, "--topics", topic,
