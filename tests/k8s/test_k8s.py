@@ -314,6 +314,15 @@ def test_spark_k8s_overlay_runs_executor_pods_and_survives_losing_them(kube, ima
     def copied() -> int:
         return sum(fake_group_offsets(tgt, f"__replicator.{name}").values())
 
+    def every_partition_moved_past(offsets: dict) -> bool:
+        """Each shard owns some of the partitions: all of them moving means every shard's task runs,
+        the one whose executor was lost included."""
+        now = fake_group_offsets(tgt, f"__replicator.{name}")
+        return all(now.get(tp, -1) > o for tp, o in offsets.items()) and len(now) == PARTITIONS
+
+    def driver_log(pod: dict) -> str:
+        return kube.kubectl("-n", NAMESPACE, "logs", pod["metadata"]["name"], check=False).stdout
+
     try:
         t0 = time.monotonic()
         kube.kubectl("apply", "-k", str(overlay))
@@ -336,14 +345,19 @@ def test_spark_k8s_overlay_runs_executor_pods_and_survives_losing_them(kube, ima
             before = copied()
             wait_until(lambda: copied() > before, 180, "copying to go on before the executor's deletion")
             victim = executors[0]["metadata"]["name"]
+            victim_id = executors[0]["metadata"]["labels"]["spark-exec-id"]
+            at_deletion = fake_group_offsets(tgt, f"__replicator.{name}")
             t = time.monotonic()
             kube.kubectl("-n", NAMESPACE, "delete", "pod", victim, "--wait=false")
             executors = wait_until(lambda: executors_of(driver, exclude={victim}), 600,
                                    "a replacement executor pod Running")
             timings["executor deleted to replacement Running"] = time.monotonic() - t
-            after = copied()
-            wait_until(lambda: copied() > after, 300, "copying to go on after the executor's deletion")
-            timings["executor deleted to copying again"] = time.monotonic() - t
+            # The driver saw the executor (and so its running task) lost, and every shard copies again.
+            wait_until(lambda: f"Lost executor {victim_id} " in driver_log(driver), 120,
+                       f"the driver to report executor {victim_id} lost")
+            wait_until(lambda: every_partition_moved_past(at_deletion), 300,
+                       "every partition to move on after the executor's deletion", interval=2)
+            timings["executor deleted to every partition moving"] = time.monotonic() - t
             assert victim not in names(kube.pods(EXECUTOR_SELECTOR))
             assert driver["metadata"]["name"] in names(running(kube.pods(DRIVER_SELECTOR))), "the driver restarted"
         start = feed.next + 1_000_000
@@ -365,8 +379,10 @@ def test_spark_k8s_overlay_runs_executor_pods_and_survives_losing_them(kube, ima
             wait_until(lambda: not old_executors & names(kube.pods(EXECUTOR_SELECTOR)), 300,
                        "the old driver's executor pods to go")
             timings["driver deleted to old executors gone"] = time.monotonic() - t
-            after = copied()
-            wait_until(lambda: copied() > after, 300, "copying to go on under the new driver")
+            at_deletion = fake_group_offsets(tgt, f"__replicator.{name}")
+            wait_until(lambda: every_partition_moved_past(at_deletion), 300,
+                       "every partition to move on under the new driver", interval=2)
+            timings["driver deleted to every partition moving"] = time.monotonic() - t
         wait_until(lambda: caught_up(src, tgt, topic, name), 600, "catch-up after the driver's deletion",
                    interval=2)
         assert_verified(verify_args, "the driver pod deleted")
