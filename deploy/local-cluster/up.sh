@@ -142,6 +142,11 @@ start kube-apiserver 10 "${K8S_BIN}/kube-apiserver" \
   --authorization-mode=Node,RBAC --enable-admission-plugins=NodeRestriction --allow-privileged=false \
   `# Endpoints may not be loopback addresses, so the kubernetes Service gets none (no kube-proxy anyway).` \
   --endpoint-reconciler-type=none \
+  `# A watch without resourceVersion is served as a watch-list when WatchList is on (1.34's default),` \
+  `# which needs etcd's progress notifications: Debian's etcd 3.4.23 lacks them, so every such watch` \
+  `# (Spark's executor pod watch) failed with "a watch stream was requested by the client but the` \
+  `# required storage feature RequestWatchProgress is disabled".` \
+  --feature-gates=WatchList=false \
   --profiling=false
 kubectl_=(kubectl --kubeconfig "$K8S_KUBECONFIG")
 wait_for kube-apiserver 180 "${kubectl_[@]}" get --raw /readyz

@@ -17,6 +17,10 @@ LOCAL = ROOT / "deploy" / "local-cluster"
 OVERLAYS = ROOT / "deploy" / "k8s" / "overlays"
 NAMESPACE = "kafka-replicator"
 SELECTOR = "app.kubernetes.io/name=replicator"
+# The replicator's own pod (the Deployment's; the Spark driver in the spark-k8s overlay), and the
+# executor pods that driver starts.
+DRIVER_SELECTOR = f"{SELECTOR},app.kubernetes.io/component=replicator"
+EXECUTOR_SELECTOR = f"{SELECTOR},app.kubernetes.io/component=spark-executor"
 
 
 def cluster_settings() -> dict[str, str]:
@@ -97,18 +101,19 @@ class Kube:
 
     # --- the replicator's pods ---------------------------------------------------------------
 
-    def pods(self) -> list[dict]:
-        return self.get("-n", NAMESPACE, "pods", "-l", SELECTOR)["items"]
+    def pods(self, selector: str = SELECTOR) -> list[dict]:
+        return self.get("-n", NAMESPACE, "pods", "-l", selector)["items"]
 
     def running_writers(self) -> list[str]:
         """Pods with a running replicator container, terminating ones included: each may write."""
         return [p["metadata"]["name"] for p in self.pods()
                 if any("running" in (s.get("state") or {}) for s in p.get("status", {}).get("containerStatuses", []))]
 
-    def ready_pod(self, timeout: float = 900, exclude: set[str] | frozenset[str] = frozenset()) -> dict:
+    def ready_pod(self, timeout: float = 900, exclude: set[str] | frozenset[str] = frozenset(),
+                  selector: str = SELECTOR) -> dict:
         """The one Ready pod (not one of `exclude`), after its own readiness probe passed."""
         def ready():
-            for p in self.pods():
+            for p in self.pods(selector):
                 conds = {c["type"]: c["status"] for c in p.get("status", {}).get("conditions", [])}
                 if (p["metadata"]["name"] not in exclude and conds.get("Ready") == "True"
                         and not p["metadata"].get("deletionTimestamp")):
@@ -150,4 +155,29 @@ def write_overlay(directory: Path, overlay: str, image: str, config: dict, metri
         "patches": [{"path": "local.yaml", "target": {"kind": "Deployment", "name": "replicator"}}],
     }
     (directory / "kustomization.yaml").write_text(yaml.safe_dump(kustomization, sort_keys=False))
+    return directory
+
+
+def write_spark_overlay(directory: Path, kube: Kube, image: str, config: dict, metrics_port: int) -> Path:
+    """write_overlay on the spark-k8s overlay, and what differs for Spark on this cluster: the driver
+    reaches the API server at its loopback address (there is no Service routing to
+    kubernetes.default.svc), the executors run with hostNetwork too, and the executors' image is the
+    image under test (the overlay's replacement copies only its own image into the env var)."""
+    write_overlay(directory, "spark-k8s", image, config, metrics_port)
+    template = yaml.safe_load((OVERLAYS / "spark-k8s" / "executor-pod-template.yaml").read_text())
+    template["spec"]["hostNetwork"] = True
+    template["spec"]["dnsPolicy"] = "ClusterFirstWithHostNet"
+    (directory / "executor-pod-template.yaml").write_text(yaml.safe_dump(template, sort_keys=False))
+    driver = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "replicator"},
+              "spec": {"template": {"spec": {"containers": [{"name": "replicator", "env": [
+                  {"name": "REPLICATOR_MASTER", "value": f"k8s://{kube.server}"},
+                  {"name": "SPARK_CONTAINER_IMAGE", "value": image}]}]}}}}
+    (directory / "spark-local.yaml").write_text(yaml.safe_dump(driver, sort_keys=False))
+    path = directory / "kustomization.yaml"
+    kustomization = yaml.safe_load(path.read_text())
+    kustomization["configMapGenerator"].append(
+        {"name": "replicator-spark", "behavior": "replace",
+         "options": {"labels": {"app.kubernetes.io/name": "replicator"}}, "files": ["executor-pod-template.yaml"]})
+    kustomization["patches"].append({"path": "spark-local.yaml"})
+    path.write_text(yaml.safe_dump(kustomization, sort_keys=False))
     return directory

@@ -17,7 +17,18 @@ from pathlib import Path
 import pytest
 import yaml
 
-from tests.k8s.kube import NAMESPACE, OVERLAYS, ROOT, SELECTOR, Kube, wait_until, write_overlay
+from tests.k8s.kube import (
+    DRIVER_SELECTOR,
+    EXECUTOR_SELECTOR,
+    NAMESPACE,
+    OVERLAYS,
+    ROOT,
+    SELECTOR,
+    Kube,
+    wait_until,
+    write_overlay,
+    write_spark_overlay,
+)
 from tests.k8s.prometheus_k8s import KubePrometheus
 from tests.kafka_helpers import create_topic, end_offsets, fake_group_offsets, produce_transactional
 
@@ -27,6 +38,7 @@ BIN = Path(sys.executable).with_name("replicator")
 PARTITIONS = 3
 BASE_CONFIG = yaml.safe_load((ROOT / "deploy/k8s/base/config.yaml").read_text())
 TLS_CONFIG = yaml.safe_load((OVERLAYS / "tls-scram/config.yaml").read_text())
+SPARK_CONFIG = yaml.safe_load((OVERLAYS / "spark-k8s/config.yaml").read_text())
 # Kinds whose definition no registry reachable here serves (so the API server cannot check them).
 UNAVAILABLE_CRDS = {"SparkApplication"}
 
@@ -107,14 +119,14 @@ def restarts(pod: dict) -> int:
 def clean_namespace(kube):
     yield
     kube.kubectl("-n", NAMESPACE, "delete", "deployment,configmap,secret,service,pdb,serviceaccount,"
-                 "networkpolicy,servicemonitor", "-l", SELECTOR, "--wait=true", "--timeout=180s", check=False,
-                 timeout=240)
+                 "networkpolicy,servicemonitor,role,rolebinding", "-l", SELECTOR, "--wait=true", "--timeout=180s",
+                 check=False, timeout=240)
     kube.kubectl("-n", NAMESPACE, "delete", "secret", "replicator-kafka", check=False)
     kube.kubectl("uncordon", kube.node, check=False)
 
 
 def test_every_overlay_passes_a_server_side_dry_run(kube):
-    for overlay in ("../base", "single-pod", "tls-scram", "spark-operator"):
+    for overlay in ("../base", "single-pod", "tls-scram", "spark-operator", "spark-k8s"):
         rendered = kube.kubectl("kustomize", str(OVERLAYS / overlay)).stdout
         docs = [d for d in yaml.safe_load_all(rendered) if d]
         checkable = [d for d in docs if d["kind"] not in UNAVAILABLE_CRDS]
@@ -257,6 +269,137 @@ def test_single_pod_replicates_exactly_once_through_pod_and_node_faults(kube, im
         raise
     finally:
         prometheus.stop()
+
+
+def running(pods: list[dict]) -> list[dict]:
+    return [p for p in pods if p.get("status", {}).get("phase") == "Running"
+            and not p["metadata"].get("deletionTimestamp")]
+
+
+def owned_by(pod: dict, owner: dict) -> bool:
+    return any(ref["uid"] == owner["metadata"]["uid"] for ref in pod["metadata"].get("ownerReferences", []))
+
+
+def names(pods: list[dict]) -> set[str]:
+    return {p["metadata"]["name"] for p in pods}
+
+
+def test_spark_k8s_overlay_runs_executor_pods_and_survives_losing_them(kube, image, sandbox, unique, tmp_path,
+                                                                       clean_namespace):
+    """Spark's own Kubernetes scheduler: the Deployment's pod is the driver and starts two executor
+    pods it owns; an executor pod deleted mid-task is replaced by Spark and its shard's task retried;
+    the driver pod deleted takes its executors with it, and the new driver resumes from the offsets
+    committed on the target with new executors. Exactly once throughout, nothing left at the end."""
+    topic, name = f"k8s-spark-{unique}", f"k8s-spark-{unique}"
+    src, tgt = sandbox.source.bootstrap, sandbox.target.bootstrap
+    create_topic(src, topic, PARTITIONS)
+    produce_transactional(src, topic, records(3000, 0), f"seed-{unique}", per_txn=500, abort_every=4)
+    # With hostNetwork every executor pod would claim Spark's fixed block manager port (7079) as a
+    # host port, and the second one found no node with the port free ("didn't have free ports for the
+    # requested pod ports"); port 0 takes any free port and declares none.
+    config = {**SPARK_CONFIG, "name": name, "topics": topic, "source_bootstrap_servers": src,
+              "target_bootstrap_servers": tgt, "source": {}, "target": {},
+              "spark": {**SPARK_CONFIG["spark"], "spark.blockManager.port": "0"}}
+    instances = int(SPARK_CONFIG["spark"]["spark.executor.instances"])
+    overlay = write_spark_overlay(tmp_path / "overlay", kube, image, config, metrics_port(kube, 2))
+    verify_args = ["--source-bootstrap-servers", src, "--target-bootstrap-servers", tgt, "--topics", topic,
+                   "--name", name]
+    timings: dict[str, float] = {}
+
+    def executors_of(driver: dict, exclude: set[str] = frozenset()) -> list[dict] | None:
+        pods = [p for p in running(kube.pods(EXECUTOR_SELECTOR)) if owned_by(p, driver)
+                and p["metadata"]["name"] not in exclude]
+        return pods if len(pods) >= instances else None
+
+    def copied() -> int:
+        return sum(fake_group_offsets(tgt, f"__replicator.{name}").values())
+
+    def every_partition_moved_past(offsets: dict) -> bool:
+        """Each shard owns some of the partitions: all of them moving means every shard's task runs,
+        the one whose executor was lost included."""
+        now = fake_group_offsets(tgt, f"__replicator.{name}")
+        return all(now.get(tp, -1) > o for tp, o in offsets.items()) and len(now) == PARTITIONS
+
+    def driver_log(pod: dict) -> str:
+        return kube.kubectl("-n", NAMESPACE, "logs", pod["metadata"]["name"], check=False).stdout
+
+    try:
+        t0 = time.monotonic()
+        kube.kubectl("apply", "-k", str(overlay))
+        driver = kube.ready_pod(selector=DRIVER_SELECTOR)
+        timings["apply to driver Ready"] = time.monotonic() - t0
+        executors = wait_until(lambda: executors_of(driver), 600, f"{instances} executor pods Running")
+        timings["apply to executors Running"] = time.monotonic() - t0
+        # The executors run the image under test with Spark's executor backend, as the template says.
+        for pod in executors:
+            (container,) = pod["spec"]["containers"]
+            assert container["image"] == image and container["args"][0] == "executor", container
+            assert container["command"] == ["/opt/replicator/spark-entrypoint.sh"]
+        wait_until(lambda: caught_up(src, tgt, topic, name), 600, "the first catch-up", interval=2)
+        assert_verified(verify_args, "the first catch-up")
+        start = 1_000_000
+
+        # 1. An executor pod deleted while its shard's task copies the feed: Spark asks for a
+        #    replacement pod and retries the task there; it resumes from the target's offsets.
+        with Feed(src, topic, f"feed-{unique}", start) as feed:
+            before = copied()
+            wait_until(lambda: copied() > before, 180, "copying to go on before the executor's deletion")
+            victim = executors[0]["metadata"]["name"]
+            victim_id = executors[0]["metadata"]["labels"]["spark-exec-id"]
+            at_deletion = fake_group_offsets(tgt, f"__replicator.{name}")
+            t = time.monotonic()
+            kube.kubectl("-n", NAMESPACE, "delete", "pod", victim, "--wait=false")
+            executors = wait_until(lambda: executors_of(driver, exclude={victim}), 600,
+                                   "a replacement executor pod Running")
+            timings["executor deleted to replacement Running"] = time.monotonic() - t
+            # The driver saw the executor (and so its running task) lost, and every shard copies again.
+            wait_until(lambda: f"Lost executor {victim_id} " in driver_log(driver), 120,
+                       f"the driver to report executor {victim_id} lost")
+            wait_until(lambda: every_partition_moved_past(at_deletion), 300,
+                       "every partition to move on after the executor's deletion", interval=2)
+            timings["executor deleted to every partition moving"] = time.monotonic() - t
+            assert victim not in names(kube.pods(EXECUTOR_SELECTOR))
+            assert driver["metadata"]["name"] in names(running(kube.pods(DRIVER_SELECTOR))), "the driver restarted"
+        start = feed.next + 1_000_000
+        wait_until(lambda: caught_up(src, tgt, topic, name), 600, "catch-up after the executor's deletion",
+                   interval=2)
+        assert_verified(verify_args, "an executor pod deleted mid-task")
+
+        # 2. The driver pod deleted: the Deployment starts a new one; the old executors go with the old
+        #    driver (they are its pods), the new driver starts its own and resumes from the target.
+        with Feed(src, topic, f"feed-{unique}", start) as feed:
+            before = copied()
+            wait_until(lambda: copied() > before, 180, "copying to go on before the driver's deletion")
+            old_driver, old_executors = driver, names(executors)
+            t = time.monotonic()
+            kube.kubectl("-n", NAMESPACE, "delete", "pod", old_driver["metadata"]["name"], "--wait=false")
+            driver = kube.ready_pod(exclude={old_driver["metadata"]["name"]}, selector=DRIVER_SELECTOR)
+            executors = wait_until(lambda: executors_of(driver), 600, "the new driver's executor pods Running")
+            timings["driver deleted to new executors Running"] = time.monotonic() - t
+            wait_until(lambda: not old_executors & names(kube.pods(EXECUTOR_SELECTOR)), 300,
+                       "the old driver's executor pods to go")
+            timings["driver deleted to old executors gone"] = time.monotonic() - t
+            at_deletion = fake_group_offsets(tgt, f"__replicator.{name}")
+            wait_until(lambda: every_partition_moved_past(at_deletion), 300,
+                       "every partition to move on under the new driver", interval=2)
+            timings["driver deleted to every partition moving"] = time.monotonic() - t
+        wait_until(lambda: caught_up(src, tgt, topic, name), 600, "catch-up after the driver's deletion",
+                   interval=2)
+        assert_verified(verify_args, "the driver pod deleted")
+
+        # Stopped (scaled to 0): the driver ends its executors; nothing of the app is left in the
+        # namespace (no pod of Spark's, no ConfigMap Spark made for its executors).
+        kube.kubectl("-n", NAMESPACE, "scale", "deployment/replicator", "--replicas=0")
+        wait_until(lambda: not kube.pods(), 300, "the driver and executor pods to go")
+        wait_until(lambda: not [o for o in kube.get("-n", NAMESPACE, "pods,configmaps")["items"]
+                                if o["metadata"]["name"].startswith("spark-")
+                                or "spark-app-selector" in o["metadata"].get("labels", {})],
+                   180, "Spark's executor pods and ConfigMap to go")
+        assert_verified(verify_args, "the final stop", "--quiesced", "--require-caught-up")
+        print(f"\nspark-k8s timings (s): { {k: round(v) for k, v in timings.items()} }")
+    except BaseException:
+        print(kube.describe())
+        raise
 
 
 def test_tls_scram_overlay_replicates_with_the_secret_mounted(kube, image, tmp_path_factory, unique, tmp_path,

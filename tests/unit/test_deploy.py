@@ -31,7 +31,7 @@ ENSURE_KUSTOMIZE = ROOT / "deploy" / "tools" / "ensure_kustomize.sh"
 KUSTOMIZE = ROOT / ".cache" / "bin" / "kustomize"
 VENV_BIN = Path(sys.executable).parent
 
-OVERLAYS = ("base", "overlays/single-pod", "overlays/spark-operator", "overlays/tls-scram")
+OVERLAYS = ("base", "overlays/single-pod", "overlays/spark-operator", "overlays/tls-scram", "overlays/spark-k8s")
 METRICS_PORT = 9400
 TRANSACTION_TIMEOUT_S = 60
 CRD_KINDS = {"ServiceMonitor", "SparkApplication"}
@@ -116,9 +116,14 @@ def dockerfile_json(instr: str) -> list[str]:
     return parsed
 
 
+def config_map(overlay: str) -> dict[str, Any]:
+    """The ConfigMap holding config.yaml (the spark-k8s overlay has a second one, of Spark templates)."""
+    (found,) = [c for c in objects(overlay, "ConfigMap") if "config.yaml" in c.get("data", {})]
+    return found
+
+
 def config_from(overlay: str) -> dict[str, Any]:
-    data = one(overlay, "ConfigMap")["data"]
-    return yaml.safe_load(data["config.yaml"])
+    return yaml.safe_load(config_map(overlay)["data"]["config.yaml"])
 
 
 def resolve_port(container: dict[str, Any], port: int | str) -> int:
@@ -303,6 +308,113 @@ def test_spark_operator_overlay_grants_the_driver_what_it_needs() -> None:
     assert not svc["spec"]["selector"].items() <= executor_labels.items()
 
 
+def _spark_k8s_driver() -> tuple[dict[str, Any], dict[str, Any]]:
+    pod = one("overlays/spark-k8s", "Deployment")["spec"]["template"]["spec"]
+    return pod, next(c for c in pod["containers"] if c["name"] == "replicator")
+
+
+def _spark_k8s_executor_template() -> tuple[dict[str, Any], str]:
+    """The executor pod template as the driver reads it: the mounted ConfigMap file that
+    spark.kubernetes.executor.podTemplateFile names, and that path."""
+    pod, container = _spark_k8s_driver()
+    path = config_from("overlays/spark-k8s")["spark"]["spark.kubernetes.executor.podTemplateFile"]
+    volumes = {v["name"]: v for v in pod["volumes"]}
+    (mount,) = [m for m in container["volumeMounts"] if path.startswith(m["mountPath"].rstrip("/") + "/")]
+    assert mount["readOnly"] is True
+    cm_name = volumes[mount["name"]]["configMap"]["name"]
+    (cm,) = [c for c in objects("overlays/spark-k8s", "ConfigMap") if c["metadata"]["name"] == cm_name]
+    return yaml.safe_load(cm["data"][path.rsplit("/", 1)[1]]), path
+
+
+def test_spark_k8s_overlay_sizes_shards_to_executor_cores_and_wires_the_driver() -> None:
+    pod, container = _spark_k8s_driver()
+    env = env_of(container)
+    spark = config_from("overlays/spark-k8s")["spark"]
+    assert env["REPLICATOR_MASTER"]["value"].startswith("k8s://https://")
+    assert int(env["REPLICATOR_SHARDS"]["value"]) == \
+        int(spark["spark.executor.instances"]) * int(spark["spark.executor.cores"]), "one shard per executor core"
+    # The pod-specific settings: the downward API into spark-submit's arguments. Kubernetes expands
+    # $(VAR) only for variables defined earlier in the list.
+    names = [e["name"] for e in container["env"]]
+    submit = env["PYSPARK_SUBMIT_ARGS"]["value"].split()
+    assert submit[-1] == "pyspark-shell"
+    confs = dict(a.split("=", 1) for a in submit[1:-1:2])
+    assert submit[0:-1:2] == ["--conf"] * len(confs)
+    fields = {"spark.driver.host": "status.podIP", "spark.kubernetes.driver.pod.name": "metadata.name",
+              "spark.kubernetes.namespace": "metadata.namespace"}
+    for key, field in fields.items():
+        var = re.fullmatch(r"\$\((\w+)\)", confs[key]).group(1)
+        assert env[var]["valueFrom"]["fieldRef"]["fieldPath"] == field, key
+        assert names.index(var) < names.index("PYSPARK_SUBMIT_ARGS")
+    image_var = re.fullmatch(r"\$\((\w+)\)", confs["spark.kubernetes.container.image"]).group(1)
+    assert names.index(image_var) < names.index("PYSPARK_SUBMIT_ARGS")
+    # The executors run the driver's image (kustomize's replacement keeps the two equal).
+    assert env[image_var]["value"] == container["image"] == "replicator:0.1.0"
+    # The driver's token is mounted for it alone: the ServiceAccount's default stays off.
+    assert pod["automountServiceAccountToken"] is True
+    assert one("overlays/spark-k8s", "ServiceAccount")["automountServiceAccountToken"] is False
+    # Requests leave room for the executors on a node the size of the single-pod overlay's.
+    assert container["resources"]["requests"]["cpu"] == "500m"
+
+
+@pytest.mark.parametrize("version", _k8s_versions())
+def test_spark_k8s_executor_template_is_a_valid_locked_down_pod(version: str) -> None:
+    template, _ = _spark_k8s_executor_template()
+    spark = config_from("overlays/spark-k8s")["spark"]
+    (container,) = template["spec"]["containers"]
+    assert container["name"] == spark["spark.kubernetes.executor.podTemplateContainerName"]
+    # The image's ENTRYPOINT is `replicator`; this script understands Spark's `executor` argument.
+    assert container["command"] == ["/opt/replicator/spark-entrypoint.sh"]
+    assert container["securityContext"]["readOnlyRootFilesystem"] is True
+    assert template["spec"]["securityContext"]["runAsUser"] == 10001
+    assert template["spec"]["automountServiceAccountToken"] is False
+    # Writable paths are emptyDirs; Spark uses the spark-local-dir-* volumes as its local dirs.
+    volumes = {v["name"]: v for v in template["spec"]["volumes"]}
+    mounts = {m["mountPath"]: m["name"] for m in container["volumeMounts"]}
+    assert "emptyDir" in volumes[mounts["/tmp"]]
+    assert mounts["/tmp/spark"].startswith("spark-local-dir-") and "emptyDir" in volumes[mounts["/tmp/spark"]]
+    # As Spark completes it: an image and a name.
+    pod = {**template, "metadata": {**template["metadata"], "name": "replicator-exec-1"},
+           "spec": {**template["spec"], "containers": [{**container, "image": "replicator:0.1.0"}]}}
+    kubernetes_validate.validate(pod, version, strict=True)
+    # The budget and the metrics Service count the driver pod only.
+    labels = template["metadata"]["labels"]
+    assert not one("overlays/spark-k8s", "Service")["spec"]["selector"].items() <= labels.items()
+    assert not one("overlays/spark-k8s", "PodDisruptionBudget")["spec"]["selector"]["matchLabels"].items() \
+        <= labels.items()
+    # ... while both NetworkPolicies cover the executors too.
+    for policy in objects("overlays/spark-k8s", "NetworkPolicy"):
+        assert policy["spec"]["podSelector"]["matchLabels"].items() <= labels.items()
+
+
+def test_spark_k8s_overlay_grants_the_driver_what_it_needs() -> None:
+    overlay = "overlays/spark-k8s"
+    sa = one(overlay, "ServiceAccount")
+    role, binding = one(overlay, "Role"), one(overlay, "RoleBinding")
+    assert binding["roleRef"]["name"] == role["metadata"]["name"]
+    assert {"kind": "ServiceAccount", "name": sa["metadata"]["name"],
+            "namespace": sa["metadata"]["namespace"]}.items() <= binding["subjects"][0].items()
+    verbs: dict[str, set[str]] = {}
+    for rule in role["rules"]:
+        assert rule["apiGroups"] == [""]
+        for resource in rule["resources"]:
+            verbs.setdefault(resource, set()).update(rule["verbs"])
+    assert {"create", "get", "list", "watch", "delete", "deletecollection"} <= verbs["pods"]
+    assert {"create", "delete"} <= verbs["configmaps"]
+    assert "secrets" not in verbs, "the driver never needs to read Secrets"
+
+
+def test_spark_k8s_config_loads_with_the_engine() -> None:
+    config_mod = pytest.importorskip("replicator.config")
+    _, container = _spark_k8s_driver()
+    environ = {e["name"]: e["value"] for e in container["env"] if "value" in e}
+    path = Path(__file__).parents[2] / "deploy/k8s/overlays/spark-k8s/config.yaml"
+    cfg = config_mod.load(config_file=path, environ=environ)
+    assert cfg.spark_master.startswith("k8s://")
+    spark = cfg.spark
+    assert cfg.shard_count == int(spark["spark.executor.instances"]) * int(spark["spark.executor.cores"])
+
+
 # --- probes, ports, metrics -------------------------------------------------------------------
 
 
@@ -338,7 +450,7 @@ def test_dockerfile_healthcheck_and_port() -> None:
 # --- the workload's shape -----------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("overlay", ("base", "overlays/single-pod"))
+@pytest.mark.parametrize("overlay", ("base", "overlays/single-pod", "overlays/spark-k8s"))
 def test_deployment_shape_and_security(overlay: str) -> None:
     dep = one(overlay, "Deployment")
     spec = dep["spec"]
@@ -359,14 +471,14 @@ def test_deployment_shape_and_security(overlay: str) -> None:
     assert sc["capabilities"]["drop"] == ["ALL"]
     assert sc["seccompProfile"]["type"] == "RuntimeDefault"
     assert container["resources"]["requests"] and container["resources"]["limits"]["memory"]
-    # No PersistentVolume: only the ConfigMap and emptyDirs.
+    # No PersistentVolume: only ConfigMaps and emptyDirs.
     volumes = {v["name"]: v for v in pod["volumes"]}
     assert all("configMap" in v or "emptyDir" in v for v in volumes.values())
     mounts = {m["mountPath"]: m for m in container["volumeMounts"]}
     assert "configMap" in volumes[mounts["/etc/replicator"]["name"]]
     assert mounts["/etc/replicator"]["readOnly"] is True
     assert volumes[mounts["/etc/replicator"]["name"]]["configMap"]["name"] == \
-        one(overlay, "ConfigMap")["metadata"]["name"]
+        config_map(overlay)["metadata"]["name"]
     env = env_of(container)
     scratch = env["SPARK_LOCAL_DIRS"]["value"]
     assert env["TMPDIR"]["value"] == scratch
