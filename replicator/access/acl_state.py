@@ -31,13 +31,9 @@ from replicator.config import ReplicatorConfig
 COPY, STAGED, PROMOTED = "copy", "staged", "promoted"
 
 
-def state_topic(job_name: str) -> str:
-    return names.acl_state_topic(job_name)
-
-
 def ensure_topic(cfg: ReplicatorConfig, target: AdminClient) -> None:
     """Creates the state topic unless it exists; KafkaException on any other refusal."""
-    topic = state_topic(cfg.name)
+    topic = names.acl_state_topic(cfg.name)
     create_topic_if_missing(target, NewTopic(topic, 1, cfg.replication_factor, config={"cleanup.policy": "compact"}))
     deadline = time.monotonic() + 30
     while not exists(target, topic) and time.monotonic() < deadline:
@@ -55,7 +51,7 @@ class AclState:
 
     def __init__(self, cfg: ReplicatorConfig) -> None:
         self.cfg = cfg
-        self.topic = state_topic(cfg.name)
+        self.topic = names.acl_state_topic(cfg.name)
         self.entries: dict[str, set[Binding]] = {COPY: set(), STAGED: set(), PROMOTED: set()}
         self._producer: Producer | None = None
 

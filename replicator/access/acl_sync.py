@@ -33,7 +33,7 @@ from confluent_kafka.admin import (
 from replicator import names
 from replicator.access import acl_translate, permissions
 from replicator.access.acl_metrics import AclSyncMetrics
-from replicator.access.acl_state import COPY, PROMOTED, STAGED, AclState, ensure_topic, exists, state_topic
+from replicator.access.acl_state import COPY, PROMOTED, STAGED, AclState, ensure_topic, exists
 from replicator.access.acl_translate import CLUSTER, Binding
 from replicator.access.acls import principal_of
 from replicator.config import ReplicatorConfig
@@ -100,7 +100,7 @@ def missing_permissions(cfg: ReplicatorConfig, source: AdminClient | None, targe
             missing.append(permissions.lacks(cfg, role, [name], f"Cluster '{CLUSTER}'"))
     if missing:
         return missing
-    topic = state_topic(cfg.name)
+    topic = names.acl_state_topic(cfg.name)
     if not create and not exists(target, topic):
         return []  # nothing was ever recorded: nothing to show either
     try:

@@ -203,7 +203,6 @@ def _index_and_group_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl
 
 
 def _acl_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl]:
-    from replicator.access.acl_state import state_topic
     from replicator.access.acl_translate import CLUSTER
 
     return [*_grants("source", src, "Cluster", "LITERAL", CLUSTER,
@@ -213,7 +212,7 @@ def _acl_sync(cfg: ReplicatorConfig, src: str, dst: str) -> list[Acl]:
                      ("Alter", ACL_SYNC, "create and delete the copied ACLs (CreateAcls/DeleteAcls; Alter implies the "
                                          "Describe DescribeAcls needs). It lets the principal grant any ACL: leave it "
                                          "out to keep application ACLs by hand")),
-            *_grants("target", dst, "Topic", "LITERAL", state_topic(cfg.name),
+            *_grants("target", dst, "Topic", "LITERAL", names.acl_state_topic(cfg.name),
                      ("Create", ACL_SYNC, "create the topic recording which ACLs the sync created"),
                      ("Write", ACL_SYNC, "record each ACL before creating it (only those are ever deleted)"),
                      ("Read", ACL_SYNC, "load what the sync created; `failover` reads the producers' rules from it"))]

@@ -37,8 +37,8 @@ from confluent_kafka.admin import (
 )
 
 from replicator import config as config_mod
+from replicator import names
 from replicator.access import acl_sync, acls
-from replicator.access.acl_state import state_topic
 from replicator.clients.kafka_clients import with_logging
 from tests import secure_helpers as secure
 from tests.integration.test_security import READER, WRITER, acl_set, run_cli
@@ -267,7 +267,7 @@ def test_application_acls_follow_the_replication_and_fail_over(box, unique, tmp_
     assert not doc["acls"]["delete"], doc
     assert {cluster: _every_rule(box, cluster) for cluster in ("source", "target")} == untouched
     assert secure.group_offsets(box, "source", f"__replicator.{back}", topic, PARTITIONS) == {}
-    assert state_topic(back) not in secure.admin(box, "source").list_topics(timeout=30).topics
+    assert names.acl_state_topic(back) not in secure.admin(box, "source").list_topics(timeout=30).topics
 
     done = run_cli(*failback)
     assert done.returncode == 0, done.stdout + done.stderr
@@ -353,6 +353,6 @@ def test_switchover_applies_the_live_sources_producer_rules(box, unique, tmp_pat
     again, _ = acl_sync.promotion_step(cfg, {topic: topic}, live_source=True)
     assert again == {"copied": [], "promotion": []}, again
     assert lines == [f"ACL applied at promotion: {w}" for w in doc["promotion"]]
-    assert state_topic(name) in secure.admin(box, "target").list_topics(timeout=30).topics
+    assert names.acl_state_topic(name) in secure.admin(box, "target").list_topics(timeout=30).topics
     for principal in (consumer, producer):
         secure.revoke_all(box, principal)

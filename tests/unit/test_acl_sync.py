@@ -5,8 +5,8 @@ from __future__ import annotations
 from confluent_kafka.admin import AclBinding, AclOperation, AclPermissionType, ResourcePatternType, ResourceType
 
 from replicator import config as config_mod
+from replicator import names
 from replicator.access import acls
-from replicator.access.acl_state import state_topic
 from replicator.access.acl_translate import Binding, copies, needs_groups, promotion_writes
 from replicator.replication_policy import IdentityPolicy, PrefixPolicy
 
@@ -117,7 +117,7 @@ def test_least_privilege_table_lists_what_acl_sync_needs():
     got = {(a.cluster, a.principal, a.resource_type, a.pattern_type, a.resource_name, a.operation) for a in entries}
     assert got == {("source", "User:r", "Cluster", "LITERAL", "kafka-cluster", "Describe"),
                    ("target", "User:w", "Cluster", "LITERAL", "kafka-cluster", "Alter"),
-                   *{("target", "User:w", "Topic", "LITERAL", state_topic("dr"), op)
+                   *{("target", "User:w", "Topic", "LITERAL", names.acl_state_topic("dr"), op)
                      for op in ("Create", "Write", "Read")}}
     assert not [a for a in acls.acl_set(_cfg(sync_acls=False)) if a.feature == acls.ACL_SYNC]
 
