@@ -50,7 +50,7 @@ from pathlib import Path
 
 import psutil
 
-from tests.chaos import netfault, roles
+from tests.chaos import forensics, netfault, roles
 from tests.chaos.delayproxy import WanLink
 from tests.chaos.reader import ConcurrentReader
 from tests.chaos.workload import Copiers, Trickle, verifiable_produce
@@ -387,6 +387,11 @@ class ChaosRun:
         (self.workdir / "verify.json").write_text(verify.stdout + verify.stderr)
         result.verify_exit = verify.returncode
         result.verify = json.loads(verify.stdout) if verify.stdout.strip() else {"stderr": verify.stderr}
+        if verify.returncode != 0 and "partitions" in result.verify:
+            with contextlib.suppress(Exception):  # diagnostics only: the verdict stands without them
+                for path in forensics.dump(box.source.bootstrap, box.target.bootstrap, self.name, result.verify,
+                                           self.workdir):
+                    self._note(f"forensics: {path}")
         result.reader_records = reader.records
         result.reader_out_of_order = reader.out_of_order
         result.reader_errors = reader.errors
