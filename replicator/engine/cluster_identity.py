@@ -74,11 +74,6 @@ class Clusters:
     pinnable: bool = True  # the source principal may keep the pin (pin_permitted)
 
 
-def pin_group(cfg: ReplicatorConfig) -> str:
-    """The group on the source whose one offset records the target this job copies into."""
-    return names.target_pin_group(cfg.name)
-
-
 def cluster_id(admin: AdminClient, topic: str, timeout: float = _TIMEOUT_S) -> str:
     """The id of the cluster behind `admin`, from the metadata of one topic (the whole cluster's
     costs a tenth of an idle driver's CPU at 5,000 partitions; an admin client's metadata request
@@ -123,7 +118,7 @@ def pin_permitted(cfg: ReplicatorConfig, source: AdminClient) -> bool:
     """Whether the source principal may read and commit the pin (Read on its group); warns if not.
     Asked first: without Describe on a group librdkafka's committed() only times out."""
     try:
-        ops = permissions._describe_group(source, pin_group(cfg)).authorized_operations
+        ops = permissions._describe_group(source, names.target_pin_group(cfg.name)).authorized_operations
     except KafkaException as e:
         if not permissions.is_authorization_error(kafka_error(e)):
             raise
@@ -137,7 +132,7 @@ def pin_permitted(cfg: ReplicatorConfig, source: AdminClient) -> bool:
 def _unpinned(cfg: ReplicatorConfig) -> None:
     log.warning("%s: %s; a new, empty cluster at the target's address would get every record again (see "
                 "`replicator acls --config ...`)", PIN_SKIPPED,
-                permissions.lacks(cfg, "source", ["Read"], f"Group '{pin_group(cfg)}'"),
+                permissions.lacks(cfg, "source", ["Read"], f"Group '{names.target_pin_group(cfg.name)}'"),
                 extra={"event": "cluster_pin_unavailable"})
 
 
@@ -189,8 +184,9 @@ def check_at_start(cfg: ReplicatorConfig, found: Clusters, source_topics: list[s
     raise ClusterChanged("target",
         f"the target at {cfg.target_bootstrap_servers} is cluster {found.target}, but job {cfg.name!r} copies "
         f"into cluster {pin.target} (pinned on the source at {cfg.source_bootstrap_servers} in group "
-        f"{pin_group(cfg)!r}); its offsets group there is empty, so every record would be copied again from the "
-        f"source's start. Nothing was written. If the new target is deliberate (a rebuilt cluster, a failback), "
+        f"{names.target_pin_group(cfg.name)!r}); its offsets group there is empty, so every record would be "
+        f"copied again from the source's start. Nothing was written. If the new target is deliberate (a rebuilt "
+        f"cluster, a failback), "
         f"start once with --accept-target-cluster-id {found.target}")
 
 
@@ -210,7 +206,7 @@ def _retrying(call):
 
 def pin(cfg: ReplicatorConfig, clusters: Clusters, source_topics: list[str]) -> bool:
     """Records (again) on the source that the job copies into `clusters.target`: the offset 0 of
-    the first replicated topic's partition 0 in pin_group, with the ids as its metadata. True when
+    the first replicated topic's partition 0 in the target pin group, with the ids as its metadata. True when
     done until the next refresh: pinned, or not permitted (warned); False with no topic to pin on."""
     if not clusters.pinnable:
         return True

@@ -9,6 +9,7 @@ from collections.abc import Callable
 
 from confluent_kafka import KafkaException
 
+from replicator import names
 from replicator.access import permissions
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import transient
@@ -68,7 +69,7 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
     try:
         clusters = cluster_identity.Clusters(ids["source"], ids["target"], cluster_identity.pin_permitted(cfg, source))
     except KafkaException as e:
-        raise RuntimeFailure(f"describing the group {cluster_identity.pin_group(cfg)!r} on the source failed: "
+        raise RuntimeFailure(f"describing the group {names.target_pin_group(cfg.name)!r} on the source failed: "
                              f"{e.args[0].str()}") from None
     log.info("source: cluster %s at %s; target: cluster %s at %s", clusters.source, cfg.source_bootstrap_servers,
              clusters.target, cfg.target_bootstrap_servers,

@@ -126,7 +126,7 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
     # Exactly `replicator acls` pins the target's cluster id on the source (issue 50): one offset in
     # the pin group, and no warning that the job runs unpinned.
     assert cluster_identity.PIN_SKIPPED not in log1 and "cluster_pin_unavailable" not in log1, log1[-3000:]
-    assert group_offsets(box, "source", cluster_identity.pin_group(cfg_of(config)), topic, PARTITIONS) == {0: 0}
+    assert group_offsets(box, "source", names.target_pin_group(cfg_of(config).name), topic, PARTITIONS) == {0: 0}
     produce(box, topic, PARTITIONS, 2000, start=4000)
     # The application has read part of each partition (record i sits in partition i % 2 at offset i // 2).
     app_offsets = {0: 1234, 1: 2500}
@@ -156,7 +156,7 @@ def test_least_acls_replicate_exactly_once_through_sigkill_and_restart(box, uniq
         outputs.append(log2)
     assert "topic creation skipped for target topic" in log2 and "topic config sync skipped" in log2
     assert "writer" in log2  # names the principal lacking the optional ACLs
-    pin_group = cluster_identity.pin_group(cfg_of(config))
+    pin_group = names.target_pin_group(cfg_of(config).name)
     [unpinned] = [line for line in log2.splitlines() if cluster_identity.PIN_SKIPPED in line]
     assert "reader" in unpinned and f"lacks Read on source Group '{pin_group}'" in unpinned, unpinned
     assert "group sync skipped" not in log2 and "group sync not started" not in log2

@@ -20,6 +20,7 @@ import pytest
 from confluent_kafka.admin import NewTopic
 
 from replicator import config as config_mod
+from replicator import names
 from replicator.access import acls, permissions
 from replicator.clients import kafka_clients
 from replicator.engine import cluster_identity
@@ -126,7 +127,7 @@ def test_each_optional_acl_removed_skips_only_its_feature_naming_it(box, unique,
     # The target is pinned on the source unless the removed ACL is the pin's.
     [(clusters, _)] = found
     assert clusters.pinnable == (expected != PIN)
-    pins = secure.group_offsets(box, "source", cluster_identity.pin_group(cfg), topic, PARTITIONS)
+    pins = secure.group_offsets(box, "source", names.target_pin_group(cfg.name), topic, PARTITIONS)
     assert pins == ({} if expected == PIN else {0: 0}), pins
 
     # The copy still runs exactly once: every source record once, in order, and the offsets group at the end.

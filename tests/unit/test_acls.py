@@ -8,9 +8,9 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from replicator import config as config_mod
+from replicator import names
 from replicator.access import acls
 from replicator.cli import main
-from replicator.engine import cluster_identity
 
 ROOT = Path(__file__).resolve().parents[2]
 BASE = {"source_bootstrap_servers": "src:9092", "target_bootstrap_servers": "dst:9092"}
@@ -84,7 +84,7 @@ def test_the_cluster_pin_is_read_on_its_literal_group_on_the_source(tmp_path):
     [pin] = [a for a in acls.acl_set(_cfg(topics="orders", name="dr"), "User:r", "User:w")
              if a.feature == acls.CLUSTER_PIN]
     assert (pin.cluster, pin.principal, pin.resource_type, pin.pattern_type, pin.resource_name, pin.operation) == \
-        ("source", "User:r", "Group", "LITERAL", cluster_identity.pin_group(_cfg(name="dr", topics="orders")), "Read")
+        ("source", "User:r", "Group", "LITERAL", names.target_pin_group(_cfg(name="dr", topics="orders").name), "Read")
     assert pin.resource_name == "__replicator.dr.target-cluster"
     cfg = tmp_path / "r.yaml"
     cfg.write_text("name: dr\ntopics: orders\nsource_bootstrap_servers: src:9092\ntarget_bootstrap_servers: dst:9092\n")
