@@ -3,8 +3,9 @@
 Small transactions by default: committed `commit_interval_ms` (2 ms by default, so about one
 transaction per arrival of records) after they began once the source has nothing more queued
 (latency); while records are queued, kept open as long as the shard is behind, up to
-`max_records_per_transaction` and `max_transaction_seconds`, or `catch_up_transaction_seconds`
-while at least that much waits (throughput, see `after_read`).
+`max_records_per_transaction` and `max_transaction_seconds`, or `catch_up_transaction_seconds` (or
+nine commit durations, when commits are slower: a WAN link) while at least that much waits
+(throughput, see `after_read`).
 
 Committing holds the loop (flush, index entry, offsets, EndTxn: ~4 round trips, 5-45 ms as the
 brokers get busier), so a transaction is stretched to keep the loop's capacity above what the
@@ -29,6 +30,11 @@ from replicator.config import ReplicatorConfig
 IDLE_WAIT_S = 0.2  # longest wait for a first record; any arriving record ends it at once
 _HEADROOM = 2.0
 _MAX_LOAD = 0.75
+# A catch-up's transaction lasts at least this many commit durations, so commits hold the loop at
+# most a tenth of the time. On loopback a catch-up's commit takes 20-200 ms and the configured
+# catch-up bound is the longer one; across a WAN link a commit is five to seven round trips (0.6-0.8 s
+# at 100 ms), and 2 s transactions spent a quarter of the copy's time committing.
+_CATCH_UP_COMMITS = 9.0
 
 
 class TransactionRhythm:
@@ -159,15 +165,25 @@ class TransactionRhythm:
         catch_up_transaction_seconds of records waiting), where a reader of the replica waits for
         the backlog anyway and half the commits, each of which holds the loop, copy more."""
         if self._catching_up and self._committed:
-            return self.cfg.longest_transaction_seconds
+            return self._catch_up_bound()
         return self.cfg.max_transaction_seconds
+
+    def _catch_up_bound(self) -> float:
+        """The configured catch-up bound, or _CATCH_UP_COMMITS commit durations when commits are slow
+        (a target across a WAN link), within half the transaction timeout (config validation keeps
+        the configured bounds there too). A catch-up bound at or below max_transaction_seconds turns
+        catch-up transactions off, stretched ones too."""
+        if self.cfg.catch_up_transaction_seconds <= self.cfg.max_transaction_seconds:
+            return self.cfg.max_transaction_seconds
+        stretched = min(_CATCH_UP_COMMITS * self._commit_cost, self.cfg.transaction_timeout_ms / 2000)
+        return max(self.cfg.longest_transaction_seconds, stretched)
 
     def _backlog_s(self, waiting: Callable[[float], int]) -> float:
         """How many seconds of this shard's recent copy rate wait at the source; infinite before a
         rate is measured (a task's start, as in a catch-up)."""
         if self._rate <= 0:
             return float("inf")
-        return waiting(self._rate * self.cfg.longest_transaction_seconds) / self._rate  # none grows longer
+        return waiting(self._rate * self._catch_up_bound()) / self._rate  # none grows longer
 
     def _interval(self) -> float:
         """How long a transaction stays open once the source is drained: `commit_interval_ms`, or

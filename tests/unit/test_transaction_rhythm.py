@@ -226,3 +226,31 @@ def test_the_copier_stops_counting_once_it_has_enough():
     c = copier_at({p: 100_000 for p in range(8)}, {p: 0 for p in range(8)})
     assert c._source.waiting(10_000) >= 10_000
     assert c._source.consumer.asked == 1
+
+
+@pytest.mark.parametrize(("commit_cost", "bound"), [(0.05, 2.0), (0.2, 2.0), (0.6, 5.4), (100.0, 30.0)])
+def test_slow_commits_stretch_a_catch_ups_transaction_to_nine_commits_within_half_the_timeout(commit_cost, bound):
+    # Across a WAN link a commit takes several round trips: a catch-up's 2 s transactions spent a
+    # quarter of the copy's time committing.
+    r = rhythm(commit_cost=commit_cost, catch_up_transaction_seconds=2.0, transaction_timeout_ms=60_000)
+    r._catching_up = True
+    assert r._bound() == pytest.approx(bound)
+
+
+def test_slow_commits_do_not_stretch_transactions_that_keep_up():
+    r = rhythm(commit_cost=0.6)
+    assert r._bound() == ReplicatorConfig().max_transaction_seconds
+
+
+def test_slow_commits_do_not_turn_catch_up_transactions_back_on():
+    r = rhythm(commit_cost=0.6, max_transaction_seconds=1.0, catch_up_transaction_seconds=0.5)
+    r._catching_up = True
+    assert r._bound() == 1.0
+
+
+def test_the_backlog_count_may_stop_at_what_a_stretched_transaction_copies():
+    r = rhythm(commit_cost=0.6, rate=10_000.0, catch_up_transaction_seconds=2.0)
+    full_read(r, 10**9)
+    count = waiting(10**9)
+    r.after_read(True, False, count)
+    assert count.asked == [pytest.approx(10_000.0 * 5.4)]
