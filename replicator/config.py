@@ -228,8 +228,9 @@ class ReplicatorConfig:
     # (docs/design.md, "How a transaction is sized").
     catch_up_transaction_seconds: float = option(
         2.0, accepts.positive_number, TRANSACTIONS, "How long a transaction may grow while at least this many "
-        "seconds of records wait at the source (a catch-up: a reader waits that long anyway). At or below "
-        "max_transaction_seconds: no catch-up transactions.")
+        "seconds of records wait at the source (a catch-up: a reader waits that long anyway); longer when commits "
+        "are slow (a target across a WAN link): nine durations of the quickest of the last five commits, within "
+        "half of transaction_timeout_ms. At or below max_transaction_seconds: no catch-up transactions.")
     transaction_timeout_ms: int = option(
         60_000, accepts.integer(1000, _MAX_TRANSACTION_TIMEOUT_MS), TRANSACTIONS, "The target producers' "
         "transaction.timeout.ms: a transaction left open by a dead task is aborted by the broker after it. At "

@@ -23,6 +23,7 @@ commit, a failure) and asks it two things, how long to wait for records and whet
 from __future__ import annotations
 
 import time
+from collections import deque
 from collections.abc import Callable
 
 from replicator.config import ReplicatorConfig
@@ -35,6 +36,9 @@ _MAX_LOAD = 0.75
 # catch-up bound is the longer one; across a WAN link a commit is five to seven round trips (0.6-0.8 s
 # at 100 ms), and 2 s transactions spent a quarter of the copy's time committing.
 _CATCH_UP_COMMITS = 9.0
+# ... counted from the quickest of the last few commits: a link's round trips slow every commit, a
+# broker failing over slows one, and that one must not stretch the transactions after it.
+_CATCH_UP_COMMITS_SEEN = 5
 
 
 class TransactionRhythm:
@@ -47,6 +51,7 @@ class TransactionRhythm:
         self._busy = 0.0
         self._committed = False  # a transaction committed since the task started or last failed
         self._commit_cost = 0.0  # recent seconds one commit held the loop (moving average)
+        self._commits: deque[float] = deque(maxlen=_CATCH_UP_COMMITS_SEEN)  # the last commits' seconds
         self._rate = 0.0  # records/s this shard recently copied (moving average over transactions)
         self._record_cost = 0.0  # seconds reading and producing one record took, recently (moving average)
         # Until when the source holds records for this shard, as counted at the last full read, and
@@ -104,6 +109,7 @@ class TransactionRhythm:
         self._committed = True
         ended = time.monotonic()
         self._commit_cost = _moving_average(self._commit_cost, ended - entered)
+        self._commits.append(ended - entered)
         if self._cycle_began is not None and ended > self._cycle_began:
             self._rate = _moving_average(self._rate, records / (ended - self._cycle_began))
         self._cycle_began = ended
@@ -169,13 +175,14 @@ class TransactionRhythm:
         return self.cfg.max_transaction_seconds
 
     def _catch_up_bound(self) -> float:
-        """The configured catch-up bound, or _CATCH_UP_COMMITS commit durations when commits are slow
-        (a target across a WAN link), within half the transaction timeout (config validation keeps
+        """The configured catch-up bound, or _CATCH_UP_COMMITS durations of the quickest recent commit
+        when commits are slow (a target across a WAN link), within half the transaction timeout (config validation keeps
         the configured bounds there too). A catch-up bound at or below max_transaction_seconds turns
         catch-up transactions off, stretched ones too."""
         if self.cfg.catch_up_transaction_seconds <= self.cfg.max_transaction_seconds:
             return self.cfg.max_transaction_seconds
-        stretched = min(_CATCH_UP_COMMITS * self._commit_cost, self.cfg.transaction_timeout_ms / 2000)
+        quickest = min(self._commits, default=0.0)
+        stretched = min(_CATCH_UP_COMMITS * quickest, self.cfg.transaction_timeout_ms / 2000)
         return max(self.cfg.longest_transaction_seconds, stretched)
 
     def _backlog_s(self, waiting: Callable[[float], int]) -> float:
