@@ -175,10 +175,10 @@ class TransactionRhythm:
         return self.cfg.max_transaction_seconds
 
     def _catch_up_bound(self) -> float:
-        """The configured catch-up bound, or _CATCH_UP_COMMITS durations of the quickest recent commit
-        when commits are slow (a target across a WAN link), within half the transaction timeout (config validation keeps
-        the configured bounds there too). A catch-up bound at or below max_transaction_seconds turns
-        catch-up transactions off, stretched ones too."""
+        """The configured catch-up bound, or _CATCH_UP_COMMITS durations of the quickest recent
+        commit when commits are slow (a target across a WAN link), within half the transaction
+        timeout (config validation keeps the configured bounds there too). A catch-up bound at or
+        below max_transaction_seconds turns catch-up transactions off, stretched ones too."""
         if self.cfg.catch_up_transaction_seconds <= self.cfg.max_transaction_seconds:
             return self.cfg.max_transaction_seconds
         quickest = min(self._commits, default=0.0)
