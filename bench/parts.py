@@ -15,6 +15,8 @@ PARTS: dict[str, tuple[str, ...]] = {
     "many partitions": ("many", "many_size"),
     "WAN": ("wan", "link_ceiling", "wan_settings"),
 }
+STEADY = "steady state and restart"
+SERIES_ROWS = ("steady", "first_minute")  # a shape and size re-measured replaces only its own rows
 # What describes one invocation (the report's header lines).
 INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "load", "target_transaction_version",
               "broker_heap")
@@ -34,19 +36,45 @@ def merged(new: dict, measured_now: list[str], old: dict | None) -> dict:
         doc["earlier"] = []
         return doc
     earlier = []
+    series = _kept_series(doc, measured_now, old)
     # An older document's own "earlier" entries first: a part is kept from wherever it was measured.
     own = {k: old[k] for k in INVOCATION if k in old}
     for inv in [*old.get("earlier", []), {**own, "parts": _parts_of(old)}]:
         kept = [p for p in inv["parts"] if p not in measured_now]
+        mine = [x for x in series if x in inv.get("series", series)] if STEADY in inv["parts"] else []
+        if mine:  # the steady series not measured again stay, with the invocation that measured them
+            earlier.append({**inv, "parts": [*kept, STEADY], "series": mine})
+            continue
         if not kept:
             continue
-        earlier.append({**inv, "parts": kept})
+        earlier.append({k: v for k, v in inv.items() if k != "series"} | {"parts": kept})
         for p in kept:  # every part's rows sit at the top of a document, wherever they were measured
             for key in PARTS[p]:
                 if key in old:
                     doc[key] = old[key]
     doc["earlier"] = earlier
     return doc
+
+
+def series_of(row: dict) -> str:
+    """A steady-state row's series: its load shape and record size."""
+    return f"{row.get('shape', 'keyless')} {row.get('size', 1024)} B"  # rows from before shapes and sizes
+
+
+def _kept_series(doc: dict, measured_now: list[str], old: dict) -> list[str]:
+    """With the steady part measured now: moves the old document's steady rows of the series this
+    invocation did not measure into `doc`, and names those series."""
+    if STEADY not in measured_now:
+        return []
+    now = {series_of(r) for key in SERIES_ROWS for r in doc.get(key, [])}
+    if not now:  # nothing of it measured: the part is replaced, as any other
+        return []
+    kept = []
+    for key in SERIES_ROWS:
+        rows = [r for r in old.get(key, []) if series_of(r) not in now]
+        doc[key] = [*doc.get(key, []), *rows]
+        kept += [series_of(r) for r in rows]
+    return sorted(set(kept))
 
 
 def _parts_of(doc: dict) -> list[str]:

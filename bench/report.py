@@ -515,7 +515,8 @@ def write(doc: dict, md: Path, png: Path, latency_png: Path | None = None, wan_p
     else:  # parts measured by separate invocations (`bench.run --merge`), in the order the tables come
         order = list(parts.PARTS)
         for inv in sorted(invocations, key=lambda i: min(map(order.index, i["parts"]), default=len(order))):
-            head.append(f"- **{', '.join(inv['parts']) or 'nothing measured'}**:")
+            series = f" (steady series: {', '.join(inv['series'])})" if inv.get("series") else ""
+            head.append(f"- **{', '.join(inv['parts']) or 'nothing measured'}**{series}:")
             head += ["  " + line for line in _invocation_lines(inv)]
     head += [
         "", "![throughput by contender and record size](bench/throughput.png)", "",

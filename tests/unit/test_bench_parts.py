@@ -68,3 +68,18 @@ def test_the_header_names_the_brokers_heap_each_invocation_ran_with(tmp_path):
     lines = md.read_text().splitlines()
     assert "512 MiB heap" in lines[lines.index("- **catch-up**:") + 2]
     assert "2 GiB heap" in lines[lines.index("- **many partitions**:") + 2]
+
+
+def test_a_steady_series_measured_again_replaces_only_its_own_rows():
+    keyless = {**_doc("keyless", steady=[{"shape": "keyless", "size": 1024, "p": 1}, {"shape": "keyless", "size": 100}],
+                      first_minute=[{"shape": "keyless", "size": 1024}], restart=[{"r": 1}]),
+               "parts": ["steady state and restart"]}
+    keyed = _doc("keyed", steady=[{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 1024, "p": 2}],
+                 first_minute=[{"shape": "keyed", "size": 1024}], restart=[{"r": 2}])
+    doc = merged(keyed, ["steady state and restart"], keyless)
+    assert doc["steady"] == [{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 1024, "p": 2},
+                             {"shape": "keyless", "size": 100}]
+    assert doc["first_minute"] == [{"shape": "keyed", "size": 1024}]  # keyless 1 KiB was measured again
+    assert doc["restart"] == [{"r": 2}]
+    assert [(e["command"], e["parts"], e["series"]) for e in doc["earlier"]] == [
+        ("keyless", ["steady state and restart"], ["keyless 100 B"])]
