@@ -186,8 +186,7 @@ def check_at_start(cfg: ReplicatorConfig, found: Clusters, source_topics: list[s
         f"into cluster {pin.target} (pinned on the source at {cfg.source_bootstrap_servers} in group "
         f"{names.target_pin_group(cfg.name)!r}); its offsets group there is empty, so every record would be "
         f"copied again from the source's start. Nothing was written. If the new target is deliberate (a rebuilt "
-        f"cluster, a failback), "
-        f"start once with --accept-target-cluster-id {found.target}")
+        f"cluster, a failback), start once with --accept-target-cluster-id {found.target}")
 
 
 def _retrying(call):
@@ -206,8 +205,8 @@ def _retrying(call):
 
 def pin(cfg: ReplicatorConfig, clusters: Clusters, source_topics: list[str]) -> bool:
     """Records (again) on the source that the job copies into `clusters.target`: the offset 0 of
-    the first replicated topic's partition 0 in the target pin group, with the ids as its metadata. True when
-    done until the next refresh: pinned, or not permitted (warned); False with no topic to pin on."""
+    the first replicated topic's partition 0 in the target pin group, with the ids as its metadata. True
+    when done until the next refresh: pinned, or not permitted (warned); False with no topic to pin on."""
     if not clusters.pinnable:
         return True
     if not source_topics:
