@@ -11,21 +11,32 @@ from __future__ import annotations
 # A part's name -> the keys of the results document that hold its rows (lists) and its settings.
 PARTS: dict[str, tuple[str, ...]] = {
     "catch-up": ("catchup", "partitions"),
-    "steady state and restart": ("steady", "restart", "steady_errors", "first_minute"),
+    "steady state": ("steady", "steady_errors", "first_minute"),
+    "restart": ("restart",),
     "many partitions": ("many", "many_size"),
     "WAN": ("wan", "link_ceiling", "wan_settings"),
 }
-STEADY = "steady state and restart"
+STEADY, RESTART = "steady state", "restart"
+# Documents written while the restart was measured only with the steady series name one part for both.
+_LEGACY = {"steady state and restart": (STEADY, RESTART)}
 SERIES_ROWS = ("steady", "first_minute")  # a shape and size re-measured replaces only its own rows
 # What describes one invocation (the report's header lines).
 INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "load", "target_transaction_version",
               "broker_heap")
 
 
-def measured(no_catchup: bool, no_steady: bool, no_many: bool, no_wan: bool) -> list[str]:
-    skipped = {"catch-up": no_catchup, "steady state and restart": no_steady, "many partitions": no_many,
-               "WAN": no_wan}
+def measured(no_catchup: bool, no_steady: bool, no_many: bool, no_wan: bool, restart_only: bool = False
+             ) -> list[str]:
+    """The parts an invocation measures; `restart_only`: the restart without the steady series it
+    is measured after (a contender's start and one rate step under load are all it needs)."""
+    skipped = {"catch-up": no_catchup, STEADY: no_steady or restart_only, RESTART: no_steady,
+               "many partitions": no_many, "WAN": no_wan}
     return [p for p in PARTS if not skipped[p]]
+
+
+def named(parts: list[str]) -> list[str]:
+    """Part names as they are now (an older document's merged steady-and-restart part is two)."""
+    return [n for p in parts for n in _LEGACY.get(p, (p,))]
 
 
 def merged(new: dict, measured_now: list[str], old: dict | None) -> dict:
@@ -40,14 +51,13 @@ def merged(new: dict, measured_now: list[str], old: dict | None) -> dict:
     # An older document's own "earlier" entries first: a part is kept from wherever it was measured.
     own = {k: old[k] for k in INVOCATION if k in old}
     for inv in [*old.get("earlier", []), {**own, "parts": _parts_of(old)}]:
+        inv = {**inv, "parts": named(inv["parts"])}
         kept = [p for p in inv["parts"] if p not in measured_now]
         mine = [x for x in series if x in inv.get("series", series)] if STEADY in inv["parts"] else []
         if mine:  # the steady series not measured again stay, with the invocation that measured them
             earlier.append({**inv, "parts": [*kept, STEADY], "series": mine})
-            continue
-        if not kept:
-            continue
-        earlier.append({k: v for k, v in inv.items() if k != "series"} | {"parts": kept})
+        elif kept:  # a steady part kept whole keeps the series it holds
+            earlier.append({k: v for k, v in inv.items() if k != "series" or STEADY in kept} | {"parts": kept})
         for p in kept:  # every part's rows sit at the top of a document, wherever they were measured
             for key in PARTS[p]:
                 if key in old:
@@ -81,8 +91,10 @@ def _parts_of(doc: dict) -> list[str]:
     """The parts a document's own invocation measured (documents from before "parts" existed: the
     parts that hold rows, less those kept from earlier invocations)."""
     if "parts" in doc:
-        own = doc["parts"]
+        own = named(doc["parts"])
     else:
         own = [p for p, keys in PARTS.items() if any(isinstance(doc.get(k), list) and doc[k] for k in keys)]
-    elsewhere = {p for inv in doc.get("earlier", []) for p in inv["parts"]}
+    # An earlier invocation that holds some steady series shares the part with this one.
+    elsewhere = {p for inv in doc.get("earlier", []) for p in named(inv["parts"])
+                 if not (p == STEADY and inv.get("series"))}
     return [p for p in own if p not in elsewhere]

@@ -1,7 +1,8 @@
 """`make bench`: every contender on the same sandbox clusters, interleaved run by run, then the report.
 
     .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--sizes ...] [--no-catchup]
-        [--no-steady] [--steady-sizes 1024,100] [--steady-shapes keyed,keyless,skewed] [--steady-fractions ...]
+        [--no-steady | --restart-only] [--steady-sizes 1024,100] [--steady-shapes keyed,keyless,skewed]
+        [--steady-fractions ...]
         [--steady-step-s S] [--max-rate ...] [--first-s 60] [--first-rate 2000]
         [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S]
         [--no-wan] [--wan-rtts 0,10,50,100] [--wan-placements near-target,near-source] [--wan-records N]
@@ -18,8 +19,8 @@ Run r measures every contender for every record size before run r+1 starts, so a
 this shared machine hits every contender alike and the ratios stay meaningful; the order rotates from
 run to run (A B C, B C A, C A B), so no contender is always first after a topic deletion.
 Results go to bench/results.json after every measurement and to BENCHMARKS.md + bench/throughput.png
-at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady, --no-many, --no-wan) keep
-the rows bench/results.json already holds, and the report names the command that measured each part.
+at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady or --restart-only, --no-many,
+--no-wan) keep the rows bench/results.json already holds, and the report names the command that measured each part.
 """
 
 from __future__ import annotations
@@ -73,6 +74,9 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (default 2: our shards)")
     p.add_argument("--no-catchup", action="store_true")
     p.add_argument("--no-steady", action="store_true")
+    p.add_argument("--restart-only", action="store_true",
+                   help="measure the restart alone: each contender starts on the first steady series, runs its rate "
+                        "steps and is killed, and only the restart is kept (with --merge, the steady rows stay)")
     p.add_argument("--steady-step-s", type=float, help="seconds per steady-state rate step (default 15, quick 10)")
     p.add_argument("--steady-sizes", default="1024,100", help="record sizes of the steady-state series "
                                                              "(default 1024,100; restart is measured at the first)")
@@ -159,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
            "link_ceiling": [], "load": [],
            "broker_heap": box.source.heap}
     seq = 0
-    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many, args.no_wan)
+    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many, args.no_wan, args.restart_only)
     earlier = json.loads(args.results.read_text()) if args.merge and args.results.exists() else None
 
     def job(topic: str, size: int, records: int, **kw) -> Job:
@@ -215,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
                 for size, shape in rotated([(size, shape) for shape in load_shapes for size in steady_sizes], run):
                     for c in rotated(steady_contenders, run):
                         restart_too = size == steady_sizes[0] and shape == load_shapes[0]
-                        if c.key in steady.RESTART_ONLY and not restart_too:
+                        if (c.key in steady.RESTART_ONLY or args.restart_only) and not restart_too:
                             continue
                         j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0, shape=shape)
                         _settle(box)
@@ -227,7 +231,7 @@ def main(argv: list[str] | None = None) -> int:
                                             "peak_rss_mb": 0.0, "error": f"bench error: {e}"}, None))
                         _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
                         _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
-                        if c.key in steady.RESTART_ONLY:
+                        if c.key in steady.RESTART_ONLY or args.restart_only:
                             s, first = [], None
                         doc["steady"] += s
                         if first:

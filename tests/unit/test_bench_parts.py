@@ -24,12 +24,12 @@ def test_a_part_measured_now_replaces_only_its_own_rows():
     assert doc["catchup"] == [{"c": 1}] and doc["steady"] == [{"s": 1}] and doc["restart"] == [{"r": 1}]
     assert doc["parts"] == ["many partitions"]
     assert [(e["command"], e["parts"]) for e in doc["earlier"]] == [
-        ("full", ["catch-up", "steady state and restart"])]
+        ("full", ["catch-up", "steady state", "restart"])]
 
 
 def test_merging_twice_keeps_each_part_with_the_invocation_that_measured_it():
     first = merged(_doc("many", many=[{"m": 1}]), ["many partitions"], FULL)
-    second = merged(_doc("steady", steady=[{"s": 2}], restart=[{"r": 2}]), ["steady state and restart"], first)
+    second = merged(_doc("steady", steady=[{"s": 2}], restart=[{"r": 2}]), ["steady state", "restart"], first)
     assert second["catchup"] == [{"c": 1}] and second["steady"] == [{"s": 2}] and second["many"] == [{"m": 1}]
     assert sorted((e["command"], tuple(e["parts"])) for e in second["earlier"]) == [
         ("full", ("catch-up",)), ("many", ("many partitions",))]
@@ -47,14 +47,14 @@ def test_without_merge_the_document_is_this_invocations_alone():
 
 def test_the_report_names_each_parts_command(tmp_path):
     # No rows, so no tables or charts to draw: the header is what is checked.
-    full = {**_doc("full"), "parts": ["catch-up", "steady state and restart"]}
+    full = {**_doc("full"), "parts": ["catch-up", "steady state and restart"]}  # as written before the split
     doc = merged(_doc("bench.run --no-catchup --no-steady --merge"), ["many partitions"], full)
     md = tmp_path / "BENCHMARKS.md"
     md.write_text("old tables\n<!-- analysis -->\nkept analysis\n")
     report.write(doc, md, tmp_path / "t.png", tmp_path / "l.png")
     text = md.read_text()
     head = text[:text.index("###") if "###" in text else len(text)]
-    assert "- **catch-up, steady state and restart**:\n  - command: `full`" in head
+    assert "- **catch-up, steady state, restart**:\n  - command: `full`" in head
     assert "- **many partitions**:\n  - command: `bench.run --no-catchup --no-steady --merge`" in head
     assert head.index("catch-up, steady") < head.index("many partitions")
     assert text.endswith("<!-- analysis -->\nkept analysis\n")
@@ -76,10 +76,33 @@ def test_a_steady_series_measured_again_replaces_only_its_own_rows():
                "parts": ["steady state and restart"]}
     keyed = _doc("keyed", steady=[{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 1024, "p": 2}],
                  first_minute=[{"shape": "keyed", "size": 1024}], restart=[{"r": 2}])
-    doc = merged(keyed, ["steady state and restart"], keyless)
+    doc = merged(keyed, ["steady state", "restart"], keyless)
     assert doc["steady"] == [{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 1024, "p": 2},
                              {"shape": "keyless", "size": 100}]
     assert doc["first_minute"] == [{"shape": "keyed", "size": 1024}]  # keyless 1 KiB was measured again
     assert doc["restart"] == [{"r": 2}]
     assert [(e["command"], e["parts"], e["series"]) for e in doc["earlier"]] == [
-        ("keyless", ["steady state and restart"], ["keyless 100 B"])]
+        ("keyless", ["steady state"], ["keyless 100 B"])]
+
+
+def test_a_restart_measured_alone_keeps_the_steady_rows_and_their_series():
+    assert measured(True, False, True, True, restart_only=True) == ["restart"]
+    keyed = {**_doc("keyed", catchup=[{"c": 1}], steady=[{"shape": "keyed", "size": 1024}],
+                    first_minute=[{"shape": "keyed", "size": 1024}], restart=[{"r": 1}]),
+             "parts": ["catch-up", "steady state", "restart"],
+             "earlier": [{**_doc("keyless"), "parts": ["steady state"], "series": ["keyless 100 B"]}]}
+    doc = merged(_doc("restart", restart=[{"r": 2}]), ["restart"], keyed)
+    assert doc["restart"] == [{"r": 2}]
+    assert doc["catchup"] == [{"c": 1}] and doc["steady"] == [{"shape": "keyed", "size": 1024}]
+    assert doc["first_minute"] == [{"shape": "keyed", "size": 1024}]
+    assert [(e["command"], e["parts"], e.get("series")) for e in doc["earlier"]] == [
+        ("keyless", ["steady state"], ["keyless 100 B"]), ("keyed", ["catch-up", "steady state"], None)]
+
+
+def test_a_series_measured_again_keeps_the_other_parts_rows_of_its_invocation():
+    full = {**_doc("full", catchup=[{"c": 1}], steady=[{"shape": "keyless", "size": 100}], restart=[{"r": 1}]),
+            "parts": ["catch-up", "steady state", "restart"]}
+    doc = merged(_doc("keyed", steady=[{"shape": "keyed", "size": 1024}], restart=[{"r": 2}]),
+                 ["steady state", "restart"], full)
+    assert doc["catchup"] == [{"c": 1}] and doc["restart"] == [{"r": 2}]
+    assert doc["steady"] == [{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 100}]
