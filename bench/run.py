@@ -211,7 +211,8 @@ def main(argv: list[str] | None = None) -> int:
             fractions = tuple(float(f) for f in args.steady_fractions.split(","))
             steady_sizes = [int(x) for x in args.steady_sizes.split(",")]
             rates = _max_rates(args.max_rate, steady_sizes, doc["catchup"])
-            steady_contenders = [c for c in contenders if c.key in steady.CONTENDERS]
+            steady_contenders = [c for c in contenders
+                                 if c.key in steady.CONTENDERS or (args.only and c.key in steady.ON_REQUEST)]
             load_shapes = args.steady_shapes.split(",")
             first_s = args.first_s if args.first_s is not None else (20.0 if args.quick else steady.FIRST_MINUTE_S)
             for run in range(1, runs + 1):
