@@ -108,6 +108,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--wan-cap-mbit", type=float, default=200.0,
                    help="bandwidth cap per direction of the capped link, Mbit/s (default 200; 0: no capped link)")
     p.add_argument("--wan-cap-rtt", type=float, default=50.0, help="round trip of the capped link, ms (default 50)")
+    p.add_argument("--wan-steady-rate", type=float, default=wan.STEADY_RATE,
+                   help="keyed records/s of the steady-state latency cell through the link, per placement "
+                        "(default %(default)s; 0: none)")
+    p.add_argument("--wan-steady-rtt", type=float, default=wan.STEADY_RTT_MS,
+                   help="round trip of the steady-state cell, ms (default %(default)s)")
+    p.add_argument("--wan-steady-only", action="store_true",
+                   help="of the WAN part, only the steady-state cells (no link ceiling, no catch-up)")
     p.add_argument("--idle-s", type=float, help="idle window after catch-up, seconds (default 60, quick 20)")
     p.add_argument("--timeout", type=float, default=900.0, help="per catch-up measurement")
     p.add_argument("--no-report", action="store_true", help="keep BENCHMARKS.md as it is")
@@ -160,10 +167,11 @@ def main(argv: list[str] | None = None) -> int:
            "machine": report.machine(), "started": time.strftime("%Y-%m-%d %H:%M:%S %Z"), "runs": runs,
            "quick": args.quick, "partitions": PARTITIONS, "catchup": [], "steady": [], "restart": [],
            "steady_errors": [], "first_minute": [], "many": [], "many_size": args.many_size, "wan": [],
-           "link_ceiling": [], "load": [],
+           "link_ceiling": [], "wan_steady": [], "load": [],
            "broker_heap": box.source.heap}
     seq = 0
-    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many, args.no_wan, args.restart_only)
+    measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many, args.no_wan, args.restart_only,
+                                  bool(args.wan_steady_rate), args.wan_steady_only)
     earlier = json.loads(args.results.read_text()) if args.merge and args.results.exists() else None
 
     def job(topic: str, size: int, records: int, **kw) -> Job:
@@ -318,11 +326,15 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
         raise SystemExit(f"--wan-placements: unknown {unknown[0]!r}; known: {', '.join(wan.PLACEMENTS)}")
     cap = args.wan_cap_mbit * 1e6 / 8 if args.wan_cap_mbit else None
     wan_contenders = [c for c in contenders if c.key in wan.CONTENDERS]
-    topic = _preloaded(box, size, records, logdir)
-    text_topic = _preloaded(box, size, records, logdir, text=True) if cap and wan_contenders else None
-    doc["wan_settings"] = {"size": size, "records": records, "cap_mb_per_s": cap / 1e6 if cap else None,
-                           "cap_rtt_ms": args.wan_cap_rtt, "compression": wan.COMPRESSION,
-                           "link": "bench/wanproxy (Go), 256 KiB reads, up to 256 MiB in flight per direction"}
+    catch_up = not args.wan_steady_only
+    topic = _preloaded(box, size, records, logdir) if catch_up else ""
+    text_topic = _preloaded(box, size, records, logdir, text=True) if catch_up and cap and wan_contenders else None
+    settings = {"size": size, "records": records, "cap_mb_per_s": cap / 1e6 if cap else None,
+                "cap_rtt_ms": args.wan_cap_rtt, "compression": wan.COMPRESSION,
+                "link": "bench/wanproxy (Go), 256 KiB reads, up to 256 MiB in flight per direction"}
+    if catch_up:
+        doc["wan_settings"] = settings
+    step_s = args.steady_step_s or (10.0 if args.quick else 15.0)
 
     def one(measure, key: str, **where) -> dict:
         _settle(box)
@@ -331,7 +343,7 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
                                             "error": f"bench error: {e}", **where})
 
     for run in range(1, runs + 1):
-        for tool in ("produce", "consume"):
+        for tool in ("produce", "consume") if catch_up else ():
             for rtt in (None, 0.0):
                 j = job(topic, size, records)
                 where = {"run": run, "tool": tool, "via": "direct" if rtt is None else "link", "rtt_ms": rtt or 0}
@@ -341,7 +353,7 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
                 save()
                 print(f"run {run} link ceiling {tool:7} {where['via']:6} "
                       f"{_wan_status(row)}  load {os.getloadavg()[0]:.2f}", flush=True)
-        cells = [(p, rtt, None, topic) for p in placements for rtt in rtts]
+        cells = [(p, rtt, None, topic) for p in placements for rtt in rtts] if catch_up else []
         cells += [(p, args.wan_cap_rtt, cap, text_topic) for p in placements] if text_topic else []
         for placement, rtt, capped, source_topic in cells:
             for c in rotated(wan_contenders, run):
@@ -355,6 +367,20 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
                 save()
                 print(f"run {run} wan {placement:11} {rtt:5.0f} ms{' capped' if capped else '       '} {c.key:16} "
                       f"{_wan_status(row)}  load {os.getloadavg()[0]:.2f}", flush=True)
+        for placement in placements if args.wan_steady_rate else ():
+            for c in rotated(wan_contenders, run):
+                j = job(f"wansteady-{int(time.time() * 1000) % 10**9}", 1024, 0, shape="keyed")
+                where = {"run": run, "placement": placement, "rtt_ms": args.wan_steady_rtt}
+                row = one(lambda: wan.steady_cell(box, c, j, placement, args.wan_steady_rtt,  # noqa: B023
+                                                  args.wan_steady_rate, step_s, run), c.key, **where)  # noqa: B023
+                _tidy(lambda: kafka_ops.delete_topics(j.target, j.tag))  # noqa: B023
+                _tidy(lambda: kafka_ops.delete_topics(j.source, j.topic))  # noqa: B023
+                doc["wan_steady"].append(row)
+                save()
+                status = (f"p50 {row['p50_s']:.3f}s p99 {row['p99_s']:.3f}s bounded {row['bounded']}"
+                          if row.get("ok") else f"FAILED: {row.get('error')}")
+                print(f"run {run} wan steady {placement:11} {args.wan_steady_rtt:5.0f} ms {c.key:16} "
+                      f"{args.wan_steady_rate:.0f}/s keyed 1024 B {status}  load {os.getloadavg()[0]:.2f}", flush=True)
 
 
 def _wan_status(row: dict) -> str:

@@ -18,12 +18,13 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from bench import catchup, link
+from bench import catchup, link, steady
 from bench.contenders import ConsumerPerf, Contender, Job, ProducerPerf
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
 PLACEMENTS = {"near-target": "source", "near-source": "target"}  # placement -> the cluster across the link
 RTTS_MS = (0, 10, 50, 100)
+STEADY_RATE, STEADY_RTT_MS = 10_000, 50.0  # the steady-state cell: keyed records/s, link round trip
 COMPRESSION = "lz4"  # the capped link's records: compressed alike by every copier's producer (and the loader)
 
 
@@ -61,6 +62,20 @@ def measure(box, contender: Contender, job: Job, placement: str, rtt_ms: float, 
             # Bytes the link carried (both directions) per byte of payload copied: above 1 / compression
             # ratio, the copier moves data across the link more than once (refetches, retries).
             "link_bytes_per_payload_byte": sum(wan.forwarded) / (gb * 1e9) if gb else 0.0}
+
+
+def steady_cell(box, contender: Contender, job: Job, placement: str, rtt_ms: float, rate: float,
+                step_s: float, run: int) -> dict:
+    """Latency at a fixed keyed rate with the far cluster `rtt_ms` away: a reader in the target's region
+    (the watcher) sees each record this long after its producer in the source's region created it."""
+    with link.Link(across(box, placement), rtt_ms, None, job.log("link")) as wan:
+        steps, start, _ = steady.measure(contender, through(job, placement, wan.bootstrap), run, rate, step_s,
+                                         (1.0,), restart_too=False)
+    where = {"placement": placement, "rtt_ms": rtt_ms}
+    if not steps:
+        return {"contender": contender.key, "run": run, "ok": False, **where,
+                "error": start.get("error", "no step measured")}
+    return {**steps[0], "ok": True, **where}
 
 
 def ceiling(box, job: Job, tool: str, rtt_ms: float | None, run: int, timeout: float) -> dict:

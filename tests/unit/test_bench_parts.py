@@ -106,3 +106,23 @@ def test_a_series_measured_again_keeps_the_other_parts_rows_of_its_invocation():
                  ["steady state", "restart"], full)
     assert doc["catchup"] == [{"c": 1}] and doc["restart"] == [{"r": 2}]
     assert doc["steady"] == [{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 100}]
+
+
+def test_the_wan_steady_cells_are_a_part_of_their_own():
+    assert "WAN steady state" in measured(True, True, True, False, wan_steady=True)
+    assert measured(True, True, True, False, wan_steady_only=True) == ["WAN steady state"]
+    assert measured(True, True, True, True, wan_steady=True) == []
+    wan = {**_doc("wan", wan=[{"w": 1}], link_ceiling=[{"l": 1}], wan_steady=[{"s": 1}]),
+           "parts": ["WAN", "WAN steady state"]}
+    doc = merged(_doc("steady only", wan_steady=[{"s": 2}]), ["WAN steady state"], wan)
+    assert doc["wan"] == [{"w": 1}] and doc["link_ceiling"] == [{"l": 1}] and doc["wan_steady"] == [{"s": 2}]
+
+
+def test_the_wan_steady_table_has_a_row_per_placement_and_contender():
+    rows = [{"contender": k, "run": run, "ok": True, "placement": "near-source", "rtt_ms": 50.0, "rate": 10_000,
+             "p50_s": 0.05 * run, "p99_s": 0.1 * run, "bounded": True} for k in ("mm2-eos", "replicator-eos")
+            for run in (1, 2, 3)]
+    table = report.wan_steady_table({"wan_steady": rows})
+    assert "10,000 records/s" in table[0]
+    ours = next(line for line in table if "replicator exactly-once" in line)
+    assert ours == "| near-source | 50 | replicator exactly-once | 0.100 | 0.200 | 0.100, 0.200, 0.300 | 3/3 |"
