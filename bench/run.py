@@ -1,7 +1,7 @@
 """`make bench`: every contender on the same sandbox clusters, interleaved run by run, then the report.
 
     .venv/bin/python -m bench.run [--quick] [--runs 3] [--only key,key] [--sizes ...] [--no-catchup]
-        [--no-steady | --restart-only] [--steady-sizes 1024,100] [--steady-shapes keyed,keyless,skewed]
+        [--no-steady | --restart-only | --no-restart] [--steady-sizes 1024,100] [--steady-shapes keyed,keyless,skewed]
         [--steady-fractions ...]
         [--steady-step-s S] [--max-rate ...] [--first-s 60] [--first-rate 2000]
         [--no-many] [--many-shapes 100x8[,625x8]] [--idle-s S]
@@ -77,6 +77,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--restart-only", action="store_true",
                    help="measure the restart alone: each contender starts on the first steady series, runs its rate "
                         "steps and is killed, and only the restart is kept (with --merge, the steady rows stay)")
+    p.add_argument("--no-restart", action="store_true",
+                   help="steady series without the restart measurement (with --merge, the restart rows stay)")
     p.add_argument("--steady-step-s", type=float, help="seconds per steady-state rate step (default 15, quick 10)")
     p.add_argument("--steady-sizes", default="1024,100", help="record sizes of the steady-state series "
                                                              "(default 1024,100; restart is measured at the first)")
@@ -171,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
            "broker_heap": box.source.heap}
     seq = 0
     measured_now = parts.measured(args.no_catchup, args.no_steady, args.no_many, args.no_wan, args.restart_only,
-                                  bool(args.wan_steady_rate), args.wan_steady_only)
+                                  bool(args.wan_steady_rate), args.wan_steady_only, args.no_restart)
     earlier = json.loads(args.results.read_text()) if args.merge and args.results.exists() else None
 
     def job(topic: str, size: int, records: int, **kw) -> Job:
@@ -227,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
                 # Rotated like the contenders: no series always runs first on freshly started brokers.
                 for size, shape in rotated([(size, shape) for shape in load_shapes for size in steady_sizes], run):
                     for c in rotated(steady_contenders, run):
-                        restart_too = size == steady_sizes[0] and shape == load_shapes[0]
+                        restart_too = size == steady_sizes[0] and shape == load_shapes[0] and not args.no_restart
                         if (c.key in steady.RESTART_ONLY or args.restart_only) and not restart_too:
                             continue
                         j = job(f"steady-{stamp}-{seq + 1:03d}", size, 0, shape=shape)

@@ -126,3 +126,12 @@ def test_the_wan_steady_table_has_a_row_per_placement_and_contender():
     assert "10,000 records/s" in table[0]
     ours = next(line for line in table if "replicator exactly-once" in line)
     assert ours == "| near-source | 50 | replicator exactly-once | 0.100 | 0.200 | 0.100, 0.200, 0.300 | 3/3 |"
+
+
+def test_a_steady_series_measured_without_the_restart_keeps_the_restart_rows():
+    assert measured(True, False, True, True, no_restart=True) == ["steady state"]
+    old = {**_doc("old", steady=[{"shape": "keyed", "size": 1024}], restart=[{"r": 1}]),
+           "parts": ["steady state", "restart"]}
+    doc = merged(_doc("keyed 100 B", steady=[{"shape": "keyed", "size": 100}]), ["steady state"], old)
+    assert doc["restart"] == [{"r": 1}]
+    assert doc["steady"] == [{"shape": "keyed", "size": 100}, {"shape": "keyed", "size": 1024}]
