@@ -19,8 +19,9 @@ Run r measures every contender for every record size before run r+1 starts, so a
 this shared machine hits every contender alike and the ratios stay meaningful; the order rotates from
 run to run (A B C, B C A, C A B), so no contender is always first after a topic deletion.
 Results go to bench/results.json after every measurement and to BENCHMARKS.md + bench/throughput.png
-at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady or --restart-only, --no-many,
---no-wan) keep the rows bench/results.json already holds, and the report names the command that measured each part.
+at the end. With --merge, the parts this invocation skips (--no-catchup, --no-steady or --restart-only, --no-restart,
+--no-many, --no-wan or --wan-steady-only) keep the rows bench/results.json already holds, and the report names the
+command that measured each part; a steady series measured again replaces only its own rows.
 """
 
 from __future__ import annotations
