@@ -55,14 +55,20 @@ def merged(new: dict, measured_now: list[str], old: dict | None) -> dict:
     series = _kept_series(doc, measured_now, old)
     # An older document's own "earlier" entries first: a part is kept from wherever it was measured.
     own = {k: old[k] for k in INVOCATION if k in old}
-    for inv in [*old.get("earlier", []), {**own, "parts": _parts_of(old)}]:
+    invocations = [*old.get("earlier", []), {**own, "parts": _parts_of(old)}]
+    # An invocation named with no series holds the steady series no other one is named with.
+    claimed = {x for inv in invocations for x in inv.get("series", [])}
+    unclaimed = sorted({series_of(r) for key in SERIES_ROWS for r in old.get(key, [])} - claimed)
+    for inv in invocations:
         inv = {**inv, "parts": named(inv["parts"])}
+        held = inv.get("series", unclaimed) if STEADY in inv["parts"] else []
         kept = [p for p in inv["parts"] if p not in measured_now]
-        mine = [x for x in series if x in inv.get("series", series)] if STEADY in inv["parts"] else []
+        mine = [x for x in series if x in held]
         if mine:  # the steady series not measured again stay, with the invocation that measured them
             earlier.append({**inv, "parts": [*kept, STEADY], "series": mine})
         elif kept:  # a steady part kept whole keeps the series it holds
-            earlier.append({k: v for k, v in inv.items() if k != "series" or STEADY in kept} | {"parts": kept})
+            earlier.append({k: v for k, v in inv.items() if k != "series"} | {"parts": kept}
+                           | ({"series": held} if STEADY in kept and held else {}))
         for p in kept:  # every part's rows sit at the top of a document, wherever they were measured
             for key in PARTS[p]:
                 if key in old:

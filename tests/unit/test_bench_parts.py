@@ -96,7 +96,7 @@ def test_a_restart_measured_alone_keeps_the_steady_rows_and_their_series():
     assert doc["catchup"] == [{"c": 1}] and doc["steady"] == [{"shape": "keyed", "size": 1024}]
     assert doc["first_minute"] == [{"shape": "keyed", "size": 1024}]
     assert [(e["command"], e["parts"], e.get("series")) for e in doc["earlier"]] == [
-        ("keyless", ["steady state"], ["keyless 100 B"]), ("keyed", ["catch-up", "steady state"], None)]
+        ("keyless", ["steady state"], ["keyless 100 B"]), ("keyed", ["catch-up", "steady state"], ["keyed 1024 B"])]
 
 
 def test_a_series_measured_again_keeps_the_other_parts_rows_of_its_invocation():
@@ -135,3 +135,13 @@ def test_a_steady_series_measured_without_the_restart_keeps_the_restart_rows():
     doc = merged(_doc("keyed 100 B", steady=[{"shape": "keyed", "size": 100}]), ["steady state"], old)
     assert doc["restart"] == [{"r": 1}]
     assert doc["steady"] == [{"shape": "keyed", "size": 100}, {"shape": "keyed", "size": 1024}]
+
+
+def test_an_invocation_named_with_no_series_holds_only_the_unclaimed_ones():
+    keyless = {**_doc("keyless"), "parts": ["steady state"], "series": ["keyless 1024 B"]}
+    keyed = {**_doc("keyed", steady=[{"shape": "keyed", "size": 1024}, {"shape": "keyless", "size": 1024}]),
+             "parts": ["steady state"], "earlier": [keyless]}
+    restart = merged(_doc("restart", restart=[{"r": 1}]), ["restart"], keyed)  # keeps keyed's steady part whole
+    doc = merged(_doc("keyed 100 B", steady=[{"shape": "keyed", "size": 100}]), ["steady state"], restart)
+    assert sorted((e["command"], tuple(e.get("series", ()))) for e in doc["earlier"]) == [
+        ("keyed", ("keyed 1024 B",)), ("keyless", ("keyless 1024 B",)), ("restart", ())]
