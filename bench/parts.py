@@ -28,11 +28,10 @@ INVOCATION = ("command", "machine", "started", "finished", "runs", "quick", "loa
 
 def measured(no_catchup: bool, no_steady: bool, no_many: bool, no_wan: bool, restart_only: bool = False,
              wan_steady: bool = False, wan_steady_only: bool = False, no_restart: bool = False) -> list[str]:
-    """The parts an invocation measures; `restart_only`: the restart without the steady series it
-    is measured after (a contender's start and one rate step under load are all it needs), `no_restart`
-    the steady series without it;
-    `wan_steady`: the steady-state cells through the WAN link, `wan_steady_only` without the rest of
-    the WAN part."""
+    """The parts an invocation measures. `restart_only`: the restart without the steady series it is
+    measured after (a contender's start and one rate step under load are all it needs); `no_restart`:
+    the steady series without it; `wan_steady`: the steady-state cells through the WAN link as well,
+    `wan_steady_only`: those cells without the rest of the WAN part."""
     skipped = {"catch-up": no_catchup, STEADY: no_steady or restart_only, RESTART: no_steady or no_restart,
                "many partitions": no_many, "WAN": no_wan or wan_steady_only,
                "WAN steady state": no_wan or not (wan_steady or wan_steady_only)}

@@ -9,6 +9,9 @@ Placements (which cluster the copier reaches across the link, bench/link.py):
 The bench's own observers (end offsets, watcher) reach both clusters directly: they stand for
 readers in each cluster's own region, so the link delays the copier only.
 
+The steady-state cell: a fixed keyed rate through the link in each placement, latency as in
+`bench/steady.py` (the load producer and the watcher in their clusters' regions).
+
 The link's ceiling: Kafka's ProducerPerformance into the target and ConsumerPerformance from the
 source, directly and through the link at 0 ms: if the link is what limits a copier, these show it.
 """
