@@ -386,7 +386,7 @@ def wan_tables(doc: dict) -> list[str]:
             "link CPU s/GB | link bytes / payload | start-up to first record s | runs ok |",
             "|---|---:|---:|---|---|---:|---:|---:|---:|---:|---:|---:|---:|"]
     cells = sorted({(r["placement"], r["rtt_ms"], r.get("cap_mb_per_s") or 0.0) for r in rows},
-                   key=lambda c: (c[2] > 0, list(wan.PLACEMENTS).index(c[0]) if c[0] in wan.PLACEMENTS else 9, c[1]))
+                   key=lambda c: (c[2] > 0, _placement_rank(c[0]), c[1]))
     for placement, rtt, cap in cells:
         cell = [r for r in rows if r["placement"] == placement and r["rtt_ms"] == rtt
                 and (r.get("cap_mb_per_s") or 0.0) == cap]
@@ -409,6 +409,11 @@ def wan_tables(doc: dict) -> list[str]:
     return [*out, ""]
 
 
+def _placement_rank(placement: str) -> int:
+    """WAN rows in the order of bench/wan.py's placements (an unknown one last)."""
+    return list(wan.PLACEMENTS).index(placement) if placement in wan.PLACEMENTS else len(wan.PLACEMENTS)
+
+
 def wan_steady_table(doc: dict) -> list[str]:
     rows = doc.get("wan_steady", [])
     if not rows:
@@ -421,7 +426,7 @@ def wan_steady_table(doc: dict) -> list[str]:
            "| placement | RTT ms | contender | p50 s | p99 s | p99 of each run s | bounded lag in runs |",
            "|---|---:|---|---:|---:|---|---|"]
     cells = sorted({(r["placement"], r["rtt_ms"]) for r in rows},
-                   key=lambda c: (list(wan.PLACEMENTS).index(c[0]) if c[0] in wan.PLACEMENTS else 9, c[1]))
+                   key=lambda c: (_placement_rank(c[0]), c[1]))
     for placement, rtt in cells:
         cell = [r for r in rows if r["placement"] == placement and r["rtt_ms"] == rtt]
         for k in [k for k in ORDER if any(r["contender"] == k for r in cell)]:

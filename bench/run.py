@@ -218,7 +218,7 @@ def main(argv: list[str] | None = None) -> int:
                                 f"{k} {v['mib']:.0f} MiB {v['each']}" for k, v in r.peak_rss_by_role.items()),
                                 flush=True)
         if not args.no_steady:
-            step = args.steady_step_s or (10.0 if args.quick else 15.0)
+            step = _step_s(args)
             fractions = tuple(float(f) for f in args.steady_fractions.split(","))
             steady_sizes = [int(x) for x in args.steady_sizes.split(",")]
             rates = _max_rates(args.max_rate, steady_sizes, doc["catchup"])
@@ -341,7 +341,7 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
                 "link": "bench/wanproxy (Go), 256 KiB reads, up to 256 MiB in flight per direction"}
     if catch_up:
         doc["wan_settings"] = settings
-    step_s = args.steady_step_s or (10.0 if args.quick else 15.0)
+    step_s = _step_s(args)
 
     def one(measure, key: str, **where) -> dict:
         _settle(box)
@@ -431,6 +431,11 @@ def _warm_up(contender, jobs: dict, box: Sandbox, timeout: float) -> None:
         r = _catch_up(box, contender, j, 0, timeout, [])
         print(f"warm-up {size:5d} B {contender.key:16} "
               f"{f'{r.records_per_s:10.0f} rec/s (not counted)' if r.ok else f'FAILED: {r.error}'}", flush=True)
+
+
+def _step_s(args: argparse.Namespace) -> float:
+    """Seconds per steady-state rate step, in the steady part and the WAN steady cells alike."""
+    return args.steady_step_s or (10.0 if args.quick else 15.0)
 
 
 def _steady_warm_up(contender, j: Job, rate: float, box: Sandbox) -> None:
