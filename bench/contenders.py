@@ -106,7 +106,7 @@ class Replicator(Contender):
                            else ", fresh install, class-data recording off")
 
     def launch(self, job: Job) -> Tree:
-        cmd = [str(Path(sys.executable).with_name("replicator")), "run",
+        cmd = [str(self._executable()), "run",
                "--source-bootstrap-servers", job.copier_source, "--target-bootstrap-servers", job.copier_target,
                "--topics", job.pattern, "--name", f"bench-{job.tag}", "--metrics-port", "0",
                "--replication-policy", "prefix", "--source-alias", job.tag, "--guarantee", self.guarantee,
@@ -119,7 +119,13 @@ class Replicator(Contender):
                 env["REPLICATOR_SPARK_CLASS_CACHE_RECORD"] = "false"
         if job.compression:  # the `target:` client properties; only the producer reads this one
             env["REPLICATOR_TARGET__COMPRESSION_TYPE"] = job.compression
-        return Tree(cmd, job.log(self.key), env=env)
+        return Tree(cmd, job.log(self.key), env={**env, **self._env()})
+
+    def _executable(self) -> Path:
+        return Path(sys.executable).with_name("replicator")
+
+    def _env(self) -> dict[str, str]:
+        return {}
 
     def _cache(self, job: Job) -> Path:
         return job.logdir / f"{job.tag}-{self.key}-spark-cache"
@@ -304,6 +310,27 @@ def parse_consumer_perf(output: str) -> tuple[float, float] | None:
             except ValueError:
                 continue
     return None
+
+
+class BaseCheckout(Replicator):
+    """Our exactly-once job as another checkout (its own `.venv`) builds it: the engine before a
+    change, A/B in the same invocation as the change (`bench.run --base-checkout`)."""
+
+    key, label = "replicator-eos-base", "replicator exactly-once, base checkout"
+
+    def __init__(self, checkout: Path) -> None:
+        super().__init__("exactly-once")
+        self.key, self.label = BaseCheckout.key, BaseCheckout.label
+        self.checkout = checkout
+
+    def _executable(self) -> Path:
+        return self.checkout / ".venv" / "bin" / "replicator"
+
+    def _env(self) -> dict[str, str]:
+        # Spark starts its Python workers as `python -m pyspark.worker` in the job's working
+        # directory (this checkout), which puts it first on sys.path: without this the base's
+        # workers import this checkout's replicator/, not the base's.
+        return {"PYTHONSAFEPATH": "1"}
 
 
 def all_contenders(tasks: int) -> list[Contender]:

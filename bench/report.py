@@ -9,9 +9,9 @@ import subprocess
 from pathlib import Path
 
 from bench import boxcpu, parts, shapes, wan
-from bench.contenders import all_contenders
+from bench.contenders import BaseCheckout, all_contenders
 
-LABELS = {c.key: c.label for c in all_contenders(2)}
+LABELS = {c.key: c.label for c in all_contenders(2)} | {BaseCheckout.key: BaseCheckout.label}
 ORDER = list(LABELS)
 # Exactly-once with the consumer-group translation index on -> the same with it off (issue 12: <= 2 % cost).
 INDEX_OFF = {"replicator-eos": "replicator-eos-noindex", "bare-python-eos": "bare-python-eos-noindex"}

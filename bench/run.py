@@ -39,7 +39,7 @@ from pathlib import Path
 from confluent_kafka.admin import AlterConfigOpType, ConfigEntry, ConfigResource
 
 from bench import catchup, kafka_ops, many, parts, reaper, report, shapes, steady, wan
-from bench.contenders import Job, all_contenders
+from bench.contenders import BaseCheckout, Job, all_contenders
 from replicator.sandbox import Sandbox
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -71,6 +71,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--quick", action="store_true", help="small record counts, one run: a smoke test")
     p.add_argument("--runs", type=int, help="interleaved runs per contender (default 3, quick 1)")
     p.add_argument("--only", help="comma-separated contender keys (default: all)")
+    p.add_argument("--base-checkout", type=Path, metavar="DIR",
+                   help="A/B: also run DIR's own job (DIR/.venv/bin/replicator, e.g. a clone at the commit before a "
+                        "change) as contender replicator-eos-base; the steady and WAN steady parts take it when --only "
+                        "names it")
     p.add_argument("--sizes", help="comma-separated SIZExCOUNT, e.g. 1024x1000000,100x2000000")
     p.add_argument("--tasks", type=int, default=2, help="MirrorMaker 2 tasks.max (default 2: our shards)")
     p.add_argument("--no-catchup", action="store_true")
@@ -148,6 +152,8 @@ def main(argv: list[str] | None = None) -> int:
     sizes = ([tuple(int(x) for x in s.split("x")) for s in args.sizes.split(",")] if args.sizes
              else QUICK_SIZES if args.quick else FULL_SIZES)
     contenders = all_contenders(args.tasks)
+    if args.base_checkout:
+        contenders.append(BaseCheckout(args.base_checkout))
     if args.only:
         keys = args.only.split(",")
         contenders = [c for c in contenders if c.key in keys]
@@ -332,7 +338,8 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
     if unknown:
         raise SystemExit(f"--wan-placements: unknown {unknown[0]!r}; known: {', '.join(wan.PLACEMENTS)}")
     cap = args.wan_cap_mbit * 1e6 / 8 if args.wan_cap_mbit else None
-    wan_contenders = [c for c in contenders if c.key in wan.CONTENDERS]
+    wan_contenders = [c for c in contenders
+                      if c.key in wan.CONTENDERS or (args.only and c.key == BaseCheckout.key)]
     catch_up = not args.wan_steady_only
     topic = _preloaded(box, size, records, logdir) if catch_up else ""
     text_topic = _preloaded(box, size, records, logdir, text=True) if catch_up and cap and wan_contenders else None

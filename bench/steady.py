@@ -20,7 +20,7 @@ from replicator.engine import heap
 
 CONTENDERS = ("replicator-eos", "mm2-eos", "replicator-eos-fresh", "replicator-eos-fresh-norecord")
 # Measured only when `--only` names them: what the translation index costs a record's latency.
-ON_REQUEST = ("replicator-eos-noindex",)
+ON_REQUEST = ("replicator-eos-noindex", "replicator-eos-base")
 # Measured for their restart only: the same start, first minute and steps before the kill as the
 # others (the time a fresh install's background recording has), none of it reported.
 RESTART_ONLY = ("replicator-eos-fresh", "replicator-eos-fresh-norecord")
