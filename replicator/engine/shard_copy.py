@@ -317,8 +317,8 @@ class ShardCopier:
         # Where the records land on the target is needed by the index entries and the commit
         # metadata. Known beforehand (`PartitionCopy.landing`), they join the transaction while the
         # records are still in flight, and the delivery reports are checked against it before the
-        # commit; else the records are acknowledged first. Across a WAN that is 3 round trips less
-        # per transaction beside the source (BENCHMARKS.md, "Running across regions").
+        # commit; else the records are acknowledged first. Beside the source across a WAN, a commit
+        # is then about four round trips instead of seven (BENCHMARKS.md, "Steady state across the link").
         ahead = self._landing_ahead(copied)
         if ahead is None:
             if advanced:
