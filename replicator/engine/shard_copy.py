@@ -372,16 +372,19 @@ class ShardCopier:
 
     def _check_landing(self, producer: Producer, copied: list[PartitionCopy], ahead: dict[int, tuple]) -> None:
         """Before the transaction ends: every record acknowledged where `ahead` said. Elsewhere,
-        another producer wrote to the partition, and the entries and metadata sent are wrong: the
-        transaction aborts, and this copier stops predicting."""
+        something else took offsets of the partition, and the entries and metadata sent are wrong:
+        the transaction aborts, and this copier stops predicting. Another producer can, and so can
+        a broker failover: make chaos saw a transaction's commit marker written twice after the
+        transaction coordinator's broker was killed."""
         self._flush(producer)
         landed = self._landed(copied)
         for s in copied:
             if landed[id(s)] != ahead[id(s)]:
                 self._predict = False
                 log.warning("target %s[%d]: records landed at %s, not at %s as this shard's own last commit "
-                            "predicted: another producer writes there; aborting the transaction and acknowledging "
-                            "records before indexing them from now on", s.r.target_topic, s.r.partition,
+                            "predicted (a second commit marker after a broker failover, or another producer "
+                            "writing there); aborting the transaction, and acknowledging records before indexing "
+                            "them for the rest of this task", s.r.target_topic, s.r.partition,
                             landed[id(s)], ahead[id(s)],
                             extra={"event": "landing_mispredicted", "shard": self.shard})
                 raise KafkaException(KafkaError(KafkaError._STATE, f"{s.r.target_topic}[{s.r.partition}]: records "
