@@ -338,8 +338,7 @@ def _wan_part(args: argparse.Namespace, box: Sandbox, contenders: list, runs: in
     if unknown:
         raise SystemExit(f"--wan-placements: unknown {unknown[0]!r}; known: {', '.join(wan.PLACEMENTS)}")
     cap = args.wan_cap_mbit * 1e6 / 8 if args.wan_cap_mbit else None
-    wan_contenders = [c for c in contenders
-                      if c.key in wan.CONTENDERS or (args.only and c.key == BaseCheckout.key)]
+    wan_contenders = [c for c in contenders if c.key in wan.CONTENDERS or (args.only and c.key in wan.ON_REQUEST)]
     catch_up = not args.wan_steady_only
     topic = _preloaded(box, size, records, logdir) if catch_up else ""
     text_topic = _preloaded(box, size, records, logdir, text=True) if catch_up and cap and wan_contenders else None

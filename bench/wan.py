@@ -25,6 +25,8 @@ from bench import catchup, link, steady
 from bench.contenders import ConsumerPerf, Contender, Job, ProducerPerf
 
 CONTENDERS = ("replicator-eos", "mm2-eos")
+# Measured only when `--only` names them, as in the steady part: an A/B base (`--base-checkout`).
+ON_REQUEST = ("replicator-eos-base",)
 PLACEMENTS = {"near-target": "source", "near-source": "target"}  # placement -> the cluster across the link
 RTTS_MS = (0, 10, 50, 100)
 STEADY_RATE, STEADY_RTT_MS = 10_000, 50.0  # the steady-state cell: keyed records/s, link round trip
