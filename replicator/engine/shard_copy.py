@@ -8,8 +8,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    which fences any other holder of the id (zombie instance, earlier task attempt) and resolves its
    open transaction (`shard_producer`);
 2. the fake group's offsets are read back from the target: that, not Spark's plan, says where each
-   partition resumes, so replayed work is never copied twice (an answer older than what this run
-   is known to have committed is refused and asked again, see `_read_resume_points`);
+   partition resumes, so replayed work is never copied twice (a partition the group answers below
+   what this run is known to have committed resumes there instead, see `_read_resume_points`);
 3. records are consumed read_committed from the source and produced to the same partition number
    with key, value, headers and timestamp, in small transactions whose length the shard's load and
    backlog decide (`transaction_rhythm`);
@@ -19,8 +19,8 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    records of (`replicator.groups.index`): visible exactly when the data is.
 
 Any Kafka error in the transaction drops the producer and starts again at step 1 (`retry_policy`):
-whatever happened before (commit or not), the re-read offsets tell the truth, once they are at
-least as new as the commits this run knows of (`shard_partitions`). A commit call that failed may
+whatever happened before (commit or not), the re-read offsets tell the truth, raised to the
+commits this run knows of where they are older (`shard_partitions`). A commit call that failed may
 still have committed: the target's data says whether it did before the offsets are read
 (`commit_outcome`). A source consumer that stops fetching without an error (librdkafka #5153) is
 replaced at the copy positions (`clients.fetch_watch`).
@@ -57,7 +57,6 @@ from replicator.replication_policy import Provenance
 log = logging.getLogger("replicator.shard_copy")  # the log's public name, kept when the module moved
 
 _LATENCY_SAMPLES_PER_TXN = 8
-_STALE_LOG_S = 10.0
 
 
 class ShardCopier:
@@ -150,7 +149,7 @@ class ShardCopier:
 
     # -- the loop -------------------------------------------------------------------------------
     def _copy_with(self, ranges: list[CopyRange], should_stop) -> None:
-        states = self._partitions.states = self._resume_points(ranges, should_stop)
+        states = self._partitions.states = self._resume_points(ranges)
         if not states:
             return
         source, rhythm = self._source, self._rhythm
@@ -171,18 +170,15 @@ class ShardCopier:
         if rhythm.open:
             self._commit(states)
 
-    def _resume_points(self, ranges: list[CopyRange], should_stop=lambda: False
-                       ) -> dict[tuple[str, int], PartitionCopy]:
+    def _resume_points(self, ranges: list[CopyRange]) -> dict[tuple[str, int], PartitionCopy]:
         if (landed := self._producer.settle_in_doubt()) is not None:
             self._account(landed.states, landed.started)  # its end positions become floors
-        committed = self._read_resume_points(ranges, should_stop)
-        if committed is None:
-            return {}
+        committed, behind = self._read_resume_points(ranges)
         states = {}
         stale = time.time() - self.cfg.offsets_refresh_interval_seconds
         for r in ranges:
             c = committed.get((r.target_topic, r.partition))
-            offset = c.offset if c is not None else NO_OFFSET
+            offset = behind.get((r.source_topic, r.partition), c.offset if c is not None else NO_OFFSET)
             start = offset if offset >= 0 else (r.start if r.start >= 0 else OFFSET_BEGINNING)
             if r.end is not None and start >= r.end:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
@@ -191,40 +187,41 @@ class ShardCopier:
             st = states[(r.source_topic, r.partition)] = PartitionCopy(r, start, offset >= 0, meta, txn_begin=start)
             # A group's offsets expire offsets.retention.minutes after their last commit: an idle
             # partition's is re-committed by its owner, in its own transaction (a commit from anywhere
-            # else would fence this shard's writer).
-            if needs_refresh(c, stale):
+            # else would fence this shard's writer). A position the group lost is committed again
+            # the same way, so that a restart, which knows no floors, reads it back.
+            if needs_refresh(c, stale) or (r.source_topic, r.partition) in behind:
                 st.refresh = st.dirty = True
                 self._rhythm.changed()
         return states
 
-    def _read_resume_points(self, ranges: list[CopyRange], should_stop) -> dict | None:
-        """The fake group's offsets for `ranges`, once none lies below its floor; None if the task
-        must end first.
+    def _read_resume_points(self, ranges: list[CopyRange]) -> tuple[dict, dict[tuple[str, int], int]]:
+        """The fake group's offsets for `ranges`, and the floor of every partition it answered below
+        its floor: that partition resumes at its floor.
 
-        A broker cut off from the rest of its cluster keeps answering OffsetFetch as the group's
-        coordinator from what it had, while the commits go to the coordinator the others elected:
-        resuming from its answer copied the last seconds again (make chaos, target-leader-isolate:
-        94,095 duplicates). Such an answer is refused and asked again on a new client, which looks
-        the coordinator up afresh, until it is as new as what this run is known to have committed."""
-        waited, logged = 0.5, 0.0
-        while True:
-            committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])
-            behind = self._partitions.below_floor(ranges, committed)
-            if not behind:
-                return committed
-            if time.monotonic() - logged >= _STALE_LOG_S:
-                logged = time.monotonic()
-                r, offset, floor = behind[0]
-                log.warning("the target answered stale offsets for %d partitions of group %s (e.g. %s[%d]: %d, "
-                            "but %d was committed in this run): asking again before copying", len(behind),
-                            self.cfg.group, r.target_topic, r.partition, offset, floor,
-                            extra={"shard": self.shard, "event": "stale_resume_point", "partitions": len(behind)})
-            if should_stop():
-                return None
-            time.sleep(waited)
-            waited = min(waited * 2, 5.0)
-            stale_reader, self.group = self.group, self._clients.new_group_reader()
-            stale_reader.close()
+        A job never moves its group back, and a floor is a position known committed (this run's own
+        commits, or the data of a commit in doubt), so an answer below it is wrong. Two ways were
+        seen: a broker cut off from its cluster keeps answering OffsetFetch as the coordinator from
+        what it had (make chaos, target-leader-isolate: resuming from it copied 94,095 records
+        twice); and, after a coordinator failover during a commit, the group never showed the
+        offsets of a transaction whose data and index entries committed (make chaos, TV 0: it still
+        answered the older offset minutes later, across a restart of its coordinator, and a task
+        that waited for it stood still until the job restarted and copied 5 records again). One more
+        answer is asked of a new client, which looks the coordinator up afresh; what is still
+        behind resumes at its floor and is committed again in the next transaction."""
+        committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])
+        if not self._partitions.below_floor(ranges, committed):
+            return committed, {}
+        stale_reader, self.group = self.group, self._clients.new_group_reader()
+        stale_reader.close()
+        committed = read_committed(self.group, [(r.target_topic, r.partition) for r in ranges])
+        behind = self._partitions.below_floor(ranges, committed)
+        if behind:
+            r, offset, floor = behind[0]
+            log.warning("the target answered offsets below what this run committed for %d partitions of group %s "
+                        "(e.g. %s[%d]: %d, but %d was committed): resuming at the committed positions and "
+                        "committing them again", len(behind), self.cfg.group, r.target_topic, r.partition, offset,
+                        floor, extra={"shard": self.shard, "event": "stale_resume_point", "partitions": len(behind)})
+        return committed, {(r.source_topic, r.partition): floor for r, _, floor in behind}
 
     def _produce_batch(self, msgs: list, states: dict) -> None:
         if self.provenance is not None:  # once per batch: the default path pays nothing per record

@@ -3,7 +3,8 @@
 A task makes attempts (a failed transaction starts one over from the target's offsets); what it
 learnt of its partitions outlives them: the highest next offset known committed in this run (by
 this task, or by earlier tasks as the driver saw them). A job never moves its group's offset back,
-so a resume point below its floor was read stale (`ShardCopier._read_resume_points`).
+so a resume point below its floor is wrong, and the partition resumes at its floor
+(`ShardCopier._read_resume_points`).
 """
 
 from __future__ import annotations

@@ -1,20 +1,25 @@
-"""A resume point below what this run is known to have committed was read from a coordinator that
-missed the commit (a broker cut off from its cluster still answers): the task asks again on a new
-client instead of copying those records a second time."""
+"""A resume point below what this run is known to have committed is wrong: a broker cut off from its
+cluster still answers from what it had, and after a coordinator failover during a commit the group
+was seen never to show a committed transaction's offsets. The task asks a new client once; what is
+still behind resumes at its floor and is committed again, so that a restart reads it back."""
 
 from __future__ import annotations
+
+import time
 
 from replicator.config import ReplicatorConfig
 from replicator.engine import client_cache, shard_copy
 from replicator.engine.partition_copy import CopyRange
 from replicator.engine.shard_copy import ShardCopier
-from replicator.offsets import Committed
+from replicator.offsets import CommitMetadata, Committed
 from tests.unit.copier_fakes import Clients, Reader, copier
 
 
 def answering(monkeypatch) -> None:
+    """Every read answers its reader's offset, committed just now (so no refresh is due)."""
+    meta = CommitMetadata("c", "s", 1, 0, committed_at=int(time.time()))
     monkeypatch.setattr(shard_copy, "read_committed",
-                        lambda reader, tps: {tp: Committed(reader.answer, None) for tp in tps})
+                        lambda reader, tps: {tp: Committed(reader.answer, meta) for tp in tps})
     monkeypatch.setattr(shard_copy.time, "sleep", lambda s: None)
 
 
@@ -28,23 +33,34 @@ def test_a_stale_answer_is_asked_again_on_a_new_client(monkeypatch):
     answering(monkeypatch)
     stale, fresh = Reader(300), Reader(500)
     c = with_floors({("s", 0): 500}, Clients(group=stale, fresh_group=fresh))
-    got = c._read_resume_points([CopyRange("s", "t", 0, -1)], lambda: False)
-    assert got[("t", 0)].offset == 500
+    states = c._resume_points([CopyRange("s", "t", 0, -1)])
+    assert states[("s", 0)].next == 500 and not states[("s", 0)].dirty  # the fresh answer holds it
     assert stale.closed and c.group is fresh
 
 
-def test_a_task_told_to_end_does_not_copy_from_a_stale_answer(monkeypatch):
+def test_a_partition_still_behind_resumes_at_its_floor_and_commits_it_again(monkeypatch):
     answering(monkeypatch)
-    c = with_floors({("s", 0): 500}, Clients(group=Reader(300)))
-    assert c._read_resume_points([CopyRange("s", "t", 0, -1)], lambda: True) is None
+    c = with_floors({("s", 0): 500, ("s", 1): 200}, Clients(group=Reader(300), fresh_group=Reader(300)))
+    states = c._resume_points([CopyRange("s", "t", 0, -1), CopyRange("s", "t", 1, -1)])
+    behind, ahead = states[("s", 0)], states[("s", 1)]
+    assert behind.next == 500 and behind.txn_begin == 500 and behind.dirty and behind.refresh
+    assert ahead.next == 300 and not ahead.dirty  # above its floor: the group's answer
+
+
+def test_a_partition_behind_its_floor_past_its_end_is_done(monkeypatch):
+    answering(monkeypatch)
+    c = with_floors({("s", 0): 500}, Clients(group=Reader(300), fresh_group=Reader(300)))
+    assert c._resume_points([CopyRange("s", "t", 0, -1, 450)]) == {}
 
 
 def test_an_answer_at_or_above_the_floor_or_without_one_is_taken(monkeypatch):
     answering(monkeypatch)
-    c = with_floors({("s", 0): 500}, Clients(group=Reader(520)))
+    stale = Reader(520)
+    c = with_floors({("s", 0): 500}, Clients(group=stale))
     ranges = [CopyRange("s", "t", 0, -1), CopyRange("s", "t", 1, -1)]  # partition 1: nothing known
-    got = c._read_resume_points(ranges, lambda: True)
-    assert got[("t", 0)].offset == 520 and got[("t", 1)].offset == 520
+    states = c._resume_points(ranges)
+    assert states[("s", 0)].next == 520 and states[("s", 1)].next == 520
+    assert not stale.closed  # nothing was behind: no second question
 
 
 def test_a_new_group_reader_is_the_next_copiers_too(monkeypatch):
