@@ -243,7 +243,8 @@ class ReplicatorConfig:
     # --- Consumer groups
     translation_index: bool = option(
         True, accepts.boolean, GROUPS, "Write exact source->target offset entries in each copy transaction, for "
-        "consumer-group offset translation and failover; everything below needs it.")
+        "consumer-group offset translation and failover; everything below needs it. A start also reads it to "
+        "resume where the target's committed copies end when the offsets group is behind them.")
     group_sync_interval_seconds: float = option(
         5.0, accepts.positive_number, GROUPS, "How often the selected source groups' offsets are translated, "
         "checkpointed on the target and synced.")

@@ -6,15 +6,18 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable
+from dataclasses import replace
 
 from confluent_kafka import KafkaException
+from confluent_kafka.admin import AdminClient
 
 from replicator import names
 from replicator.access import permissions
 from replicator.clients import kafka_clients
 from replicator.clients.client_errors import transient
+from replicator.clients.partition_reads import ReadError
 from replicator.config import ReplicatorConfig
-from replicator.engine import cluster_identity, transactional_ids
+from replicator.engine import cluster_identity, index_floors, transactional_ids
 from replicator.engine.failures import RuntimeFailure
 from replicator.engine.fencing import fence_previous_layouts
 from replicator.groups import promotion
@@ -129,6 +132,7 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
         lags = partition_lags(cfg, mappings)
     except LagUnavailable as e:
         raise RuntimeFailure(f"reading the offsets group {cfg.group!r} and the source's ends failed: {e}") from None
+    lags = _raised_to_the_index(cfg, target, lags)
     if on_lags is not None:
         on_lags(lags)
     for lag in lags:
@@ -142,6 +146,23 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
     if on_clusters is not None:
         on_clusters(clusters, pinned)
     return cfg, mappings
+
+
+def _raised_to_the_index(cfg: ReplicatorConfig, target: AdminClient, lags: list[PartitionLag]
+                         ) -> list[PartitionLag]:
+    """`lags` with the group's offset raised where the target holds committed copies past it
+    (`index_floors`): the floors the job's tasks resume at. A check that fails is warned about and
+    skipped: it guards against a broker fault seen once, and the start does not depend on it."""
+    try:
+        behind = {(b.target_topic, b.partition): b.resume
+                  for b in index_floors.find(cfg, target, [(x.target_topic, x.partition) for x in lags])}
+    except (KafkaException, ReadError) as e:
+        why = e.args[0].str() if isinstance(e, KafkaException) else str(e)
+        log.warning("could not check the target for copies past the offsets group's position: %s", why,
+                    extra={"event": "group_behind_target_unchecked"})
+        return lags
+    return [replace(x, committed=behind[(x.target_topic, x.partition)]) if (x.target_topic, x.partition) in behind
+            else x for x in lags]
 
 
 def pin_target(cfg: ReplicatorConfig, clusters: cluster_identity.Clusters,

@@ -178,9 +178,11 @@ class ShardCopier:
         stale = time.time() - self.cfg.offsets_refresh_interval_seconds
         for r in ranges:
             c = committed.get((r.target_topic, r.partition))
-            offset = behind.get((r.source_topic, r.partition), c.offset if c is not None else NO_OFFSET)
+            floor = behind.get((r.source_topic, r.partition))
+            offset = floor if floor is not None else c.offset if c is not None else NO_OFFSET
             start = offset if offset >= 0 else (r.start if r.start >= 0 else OFFSET_BEGINNING)
-            if r.end is not None and start >= r.end:
+            copied = r.end is not None and start >= r.end
+            if copied and floor is None:
                 continue  # already copied: a replayed plan, a retried task, or a faster twin
             meta = (c.metadata if c and c.metadata else None) or CommitMetadata(
                 self.source_cluster, r.source_topic, self.cfg.shard_count, self.shard, job=self.cfg.name)
@@ -189,8 +191,9 @@ class ShardCopier:
             # partition's is re-committed by its owner, in its own transaction (a commit from anywhere
             # else would fence this shard's writer). A position the group lost is committed again
             # the same way, so that a restart, which knows no floors, reads it back.
-            if needs_refresh(c, stale) or (r.source_topic, r.partition) in behind:
+            if needs_refresh(c, stale) or floor is not None:
                 st.refresh = st.dirty = True
+                st.done = copied  # nothing to copy, but the position to commit again
                 self._rhythm.changed()
         return states
 

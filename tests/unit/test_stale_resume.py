@@ -47,9 +47,16 @@ def test_a_partition_still_behind_resumes_at_its_floor_and_commits_it_again(monk
     assert ahead.next == 300 and not ahead.dirty  # above its floor: the group's answer
 
 
-def test_a_partition_behind_its_floor_past_its_end_is_done(monkeypatch):
+def test_a_partition_behind_with_its_floor_past_its_end_copies_nothing_but_commits_the_floor(monkeypatch):
     answering(monkeypatch)
     c = with_floors({("s", 0): 500}, Clients(group=Reader(300), fresh_group=Reader(300)))
+    st = c._resume_points([CopyRange("s", "t", 0, -1, 450)])[("s", 0)]
+    assert st.done and st.dirty and st.next == 500
+
+
+def test_a_partition_copied_past_its_end_and_not_behind_is_left_out(monkeypatch):
+    answering(monkeypatch)
+    c = with_floors({("s", 0): 500}, Clients(group=Reader(500)))
     assert c._resume_points([CopyRange("s", "t", 0, -1, 450)]) == {}
 
 
