@@ -152,12 +152,14 @@ def find(cfg: ReplicatorConfig, target: AdminClient, tps: list[tuple[str, int]])
         log.warning("the target holds committed records past the offsets group's position in %d partitions "
                     "(e.g. %s[%d]); reading how far from the translation index", len(past), *sorted(past)[0],
                     extra={"event": "group_behind_target", "partitions": len(past)})
-        since = {tp: (committed[tp].metadata.committed_at * 1000 if tp in committed and committed[tp].metadata
-                      else 0) - int(_CLOCK_SLACK_S * 1000) for tp in past}
+        since = {}
+        for tp in past:
+            c = committed.get(tp)
+            last_commit_s = c.metadata.committed_at if c is not None and c.metadata is not None else 0
+            since[tp] = max(0, int((last_commit_s - _CLOCK_SLACK_S) * 1000))
         index_partitions = len(reader.list_topics(names.index_topic(cfg.name), timeout=30)
                                .topics[names.index_topic(cfg.name)].partitions)
-        entries = last_entries(reader, names.index_topic(cfg.name), index_partitions, past,
-                               {tp: max(0, ms) for tp, ms in since.items()})
+        entries = last_entries(reader, names.index_topic(cfg.name), index_partitions, past, since)
     finally:
         reader.close()
     out = []
@@ -167,8 +169,8 @@ def find(cfg: ReplicatorConfig, target: AdminClient, tps: list[tuple[str, int]])
         e = entries.get((t, p))
         if e is None or e.end <= offset:
             log.warning("target %s[%d] holds committed records past the offsets group's position %d that the "
-                      "translation index does not account for (another producer writes there?): resuming at "
-                      "the group's position", t, p, offset, extra={"event": "group_behind_target_unexplained"})
+                        "translation index does not account for (another producer writes there?): resuming at "
+                        "the group's position", t, p, offset, extra={"event": "group_behind_target_unexplained"})
             continue
         out.append(Behind(t, p, offset, e.end))
     for b in out:
