@@ -148,6 +148,9 @@ def find(cfg: ReplicatorConfig, target: AdminClient, tps: list[tuple[str, int]])
         began = time.monotonic()
         past = committed_past(reader, starts)
         if not past:
+            log.info("%d target partitions hold records past their last commit, none committed (read in %.2f s)",
+                     len(starts), time.monotonic() - began,
+                     extra={"event": "group_behind_target_checked", "partitions": len(starts)})
             return []
         log.warning("the target holds committed records past the offsets group's position in %d partitions "
                     "(e.g. %s[%d]); reading how far from the translation index", len(past), *sorted(past)[0],
