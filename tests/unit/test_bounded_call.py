@@ -55,3 +55,35 @@ def test_a_blocked_call_is_a_retriable_timeout_and_its_client_stays_referenced()
     while bounded_call.stuck_calls() and time.monotonic() < deadline:
         time.sleep(0.01)
     assert bounded_call.stuck_calls() == 0
+
+
+def test_a_call_that_never_returns_does_not_keep_its_process_from_exiting():
+    # A Spark worker whose JVM went away exits; a stuck librdkafka call must not hold it at exit.
+    import subprocess
+    import sys
+
+    program = ("import threading\n"
+               "from confluent_kafka import KafkaException\n"
+               "from replicator.clients import bounded_call\n"
+               "bounded_call.GRACE_S = 0.0\n"
+               "try:\n"
+               "    bounded_call.BoundedCaller('t').call(object(), 'f', threading.Event().wait, 0.1)\n"
+               "except KafkaException:\n"
+               "    print('gave up')\n")
+    done = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, timeout=30)
+    assert done.returncode == 0 and done.stdout.strip() == "gave up"
+
+
+def test_a_callers_helper_thread_ends_with_the_caller():
+    import gc
+
+    before = threading.active_count()
+    for _ in range(20):  # one producer per Spark task, in a Python worker Spark reuses
+        caller = bounded_call.BoundedCaller("t")
+        assert caller.call(object(), "f", lambda: 1, 1.0) == 1
+    del caller
+    gc.collect()
+    deadline = time.monotonic() + 5
+    while threading.active_count() > before and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert threading.active_count() == before
