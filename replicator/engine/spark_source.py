@@ -33,7 +33,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from confluent_kafka import KafkaException
+from confluent_kafka import KafkaError, KafkaException
 from pyspark.sql.datasource import DataSource, DataSourceStreamReader, InputPartition
 from pyspark.sql.types import IntegerType, StringType, StructField, StructType
 
@@ -98,11 +98,23 @@ class ReplicationPlanner(DataSourceStreamReader):
         from replicator.topics import sync as topic_sync
 
         source, target = self._clients()
-        found, skipped = topic_sync.selection(self.cfg, source)
-        for gone in sorted(set(self._topics) - set(found)):
-            self._forget(gone, skipped.get(gone))
-        # Config drift is the driver's to sync (job._sync_configs): it runs while batches do.
-        mappings = topic_sync.ensure_target_topics(self.cfg, source, target, found)
+        asking = "source"
+        try:
+            found, skipped = topic_sync.selection(self.cfg, source)
+            for gone in sorted(set(self._topics) - set(found)):
+                self._forget(gone, skipped.get(gone))
+            asking = "target"
+            # Config drift is the driver's to sync (job._sync_configs): it runs while batches do.
+            mappings = topic_sync.ensure_target_topics(self.cfg, source, target, found)
+        except KafkaException as e:
+            # A chaos run saw these lookups fail for minutes after a SIGSTOP/SIGCONT of the target
+            # broker while the driver's other clients got answers (docs/reliability.md): the next
+            # trigger asks through new clients.
+            self._admins = None
+            raise KafkaException(KafkaError(e.args[0].code(), f"{asking}: {e.args[0].str()}")) from e
+        finally:
+            for client in (source, target):
+                client.poll(0)  # their librdkafka lines (why a connection failed) reach the log
         self._topics = {m.source: (m.target, m.partitions) for m in mappings}
         self._refreshed = time.monotonic()
 

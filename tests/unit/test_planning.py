@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 
 from replicator.config import ReplicatorConfig
 from replicator.engine.shard_copy import needs_refresh
@@ -68,3 +69,41 @@ def test_an_idle_partition_is_re_committed_once_its_last_commit_is_stale():
 def test_a_progress_events_end_offset_gives_the_batch_epoch():
     assert epoch_of('{"#epoch":{"n":7}}') == 7
     assert epoch_of("not json") is None and epoch_of(None) is None  # the caller falls back to batchId + 1
+
+
+def test_a_failed_topic_lookup_warns_naming_the_cluster_and_asks_through_new_clients(monkeypatch, caplog):
+    from confluent_kafka import KafkaError, KafkaException
+
+    from replicator.clients import kafka_clients
+    from replicator.topics import sync as topic_sync
+
+    class Admin:
+        polled = 0
+
+        def poll(self, timeout):
+            self.polled += 1
+
+    built: list[Admin] = []
+
+    def admin(cfg):
+        built.append(Admin())
+        return built[-1]
+
+    def down(cfg, source):
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "Failed to get metadata: Local: Broker transport"))
+
+    monkeypatch.setattr(kafka_clients, "source_admin", admin)
+    monkeypatch.setattr(kafka_clients, "target_admin", admin)
+    monkeypatch.setattr(topic_sync, "selection", down)
+    planner = ReplicationPlanner({"config": ReplicatorConfig(name="plan").to_json()})
+    start = planner.initialOffset()
+    logger = logging.getLogger("replicator.spark_source")
+    logger.addHandler(caplog.handler)  # the job's loggers do not propagate
+    try:
+        assert planner.latestOffset(start) == start  # nothing planned this trigger
+        assert planner.latestOffset(start) == start
+    finally:
+        logger.removeHandler(caplog.handler)
+    assert len(built) == 4  # a new source and target client for each try
+    assert all(a.polled == 1 for a in built)  # their librdkafka lines were served to the log
+    assert "source topics unavailable (source: Failed to get metadata" in caplog.text
