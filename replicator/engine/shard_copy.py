@@ -160,11 +160,11 @@ class ShardCopier:
             msgs = source.fetch(wait)
             if msgs:
                 self._produce_batch(msgs, states)
-            # At most once a second, also in the middle of a transaction: the stats of the last
-            # commits (a burst's last ones waited for the next record, or the task's end, and the
-            # driver's metrics stood still meanwhile), and where the open transaction began, which
-            # after a commit the transaction does not know yet (the driver's lag in seconds).
-            self._report.send()
+            else:
+                # Stats go out at most once a second, after a commit; the last commits of a burst
+                # waited for the next record (or the task's end, minutes later) and the driver's
+                # metrics and progress line stood still behind the target meanwhile.
+                self._report.send()
             if rhythm.due(rhythm.after_read(len(msgs) >= source.batch, not msgs and wait > 0, source.waiting)):
                 self._commit(states)
         if rhythm.open:

@@ -71,4 +71,3 @@ def test_an_age_the_copy_reported_is_kept_for_the_next_lookup(monkeypatch):
     with_ages(ReplicatorConfig(name="ages"), with_copied_ages([lag(0, 10)], {("s", 0): (10, 111)}), seen=seen)
     # The next lookup, between two of the shard's transactions: nothing reported, the copy still at 10.
     assert [x.oldest_timestamp_ms for x in with_ages(ReplicatorConfig(name="ages"), [lag(0, 10)], seen=seen)] == [111]
-
