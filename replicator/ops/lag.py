@@ -247,9 +247,8 @@ def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 
                     consumer.pause([TopicPartition(*tp)])
         finally:
             consumer.close()
-    if seen is not None:  # the copy's own answers too: a partition between transactions is not read again
-        known = {(x.source_topic, x.partition): x for x in lags if x.records > 0 and x.oldest_timestamp_ms is not None}
-        seen.remember({**lagging, **known}, {**found, **{tp: x.oldest_timestamp_ms for tp, x in known.items()}})
+    if seen is not None:
+        seen.remember(lagging, found)
     return [x if x.oldest_timestamp_ms == -1 or (x.records > 0 and x.oldest_timestamp_ms is not None) else
             dataclasses.replace(x, oldest_timestamp_ms=found.get((x.source_topic, x.partition),
                                                                  None if x.records > 0 else -1))

@@ -12,7 +12,7 @@ from replicator.config import ReplicatorConfig
 from replicator.engine.shard_partitions import ShardPartitions
 from replicator.engine.task_control import ControlServer, DriverLink
 from replicator.engine.task_report import TaskReport
-from replicator.ops.lag import AgesSeen, PartitionLag, with_ages, with_copied_ages
+from replicator.ops.lag import PartitionLag, with_ages, with_copied_ages
 from tests.unit.copier_fakes import partition_state
 
 
@@ -60,14 +60,3 @@ def test_a_task_says_where_its_open_transactions_begin_and_the_driver_keeps_it()
         report.link.close()
     finally:
         server.close()
-
-
-def test_an_age_the_copy_reported_is_kept_for_the_next_lookup(monkeypatch):
-    def no_reads(cfg):
-        raise AssertionError("the source was read")
-
-    monkeypatch.setattr(kafka_clients, "source_peeker", no_reads)
-    seen = AgesSeen()
-    with_ages(ReplicatorConfig(name="ages"), with_copied_ages([lag(0, 10)], {("s", 0): (10, 111)}), seen=seen)
-    # The next lookup, between two of the shard's transactions: nothing reported, the copy still at 10.
-    assert [x.oldest_timestamp_ms for x in with_ages(ReplicatorConfig(name="ages"), [lag(0, 10)], seen=seen)] == [111]
