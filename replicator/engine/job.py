@@ -27,7 +27,7 @@ from replicator.engine.spark_session import spark_session
 from replicator.engine.stop_budget import FENCING, QUERY_STOP, SPARK_STOP, TASKS_END, StopBudget, StopOutcome
 from replicator.engine.task_control import ControlServer
 from replicator.engine.task_slots import check_task_slots
-from replicator.ops.lag import LagReader, LagUnavailable, with_copied_ages
+from replicator.ops.lag import LagReader, LagUnavailable
 
 log = logging.getLogger("replicator.job")
 PROGRESS_INTERVAL_S = 5.0
@@ -223,8 +223,7 @@ class Replicator:
                 asked = time.monotonic()
                 try:
                     lag_reader = lag_reader or LagReader(self.cfg, LAG_LOOKUP_TIMEOUT_S)
-                    lags = with_copied_ages(lag_reader.lags(self.watch.mappings, self.stats.settled()),
-                                            self.stats.oldest())
+                    lags = lag_reader.lags(self.watch.mappings, self.stats.settled())
                     lag = sum(x.records for x in lags)
                     _warn_if_slow("the lag lookup", asked)
                 except KafkaException as e:

@@ -68,7 +68,7 @@ class ShardCopier:
         self._clients = clients = clients if clients is not None else CachedClients(cfg)
         self._rhythm = TransactionRhythm(cfg)
         self._partitions = ShardPartitions()
-        self._report = TaskReport(self._partitions.settled, self._partitions.oldest)
+        self._report = TaskReport(self._partitions.settled)
         self._source = source = SourceReader(cfg, shard, clients, self._partitions, self._rhythm, self._report)
         self.group = clients.group_reader()
         self.source_cluster = clients.source_cluster()

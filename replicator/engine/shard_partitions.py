@@ -43,13 +43,6 @@ class ShardPartitions:
         """The copy position of every unfinished partition that has one."""
         return {k: st.next for k, st in self.states.items() if not st.done and st.next >= 0}
 
-    def oldest(self) -> dict[str, list[int]]:
-        """"topic|partition" -> [offset the open transaction began at, its first record's timestamp]
-        for partitions with records in it: that record is the oldest not yet copied, which the
-        driver's lag in seconds would otherwise read from the source (`ops.lag.with_copied_ages`)."""
-        return {f"{k[0]}|{k[1]}": [st.txn_begin, st.first_ts] for k, st in self.states.items()
-                if st.records and st.first_ts > 0}
-
     def settled(self) -> dict[str, int]:
         """"topic|partition" -> offset of the running attempt's settled partitions (`PartitionCopy.settled`)."""
         return {f"{k[0]}|{k[1]}": st.next for k, st in self.states.items() if st.settled()}

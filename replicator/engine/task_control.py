@@ -8,8 +8,7 @@ the stats of the transactions it committed since the last exchange (possibly non
 answers whether the task must end now. A starting task also asks for its partitions' floors: the
 highest source offset the driver has seen committed for each, in this run (see `floors`). And a
 task says which of its partitions are settled (the group holds the source's end as the task last
-fetched it), so the driver's lag lookups ask the clusters only about the others (see `settled`),
-and where the oldest record it has not copied yet stands (see `oldest`).
+fetched it), so the driver's lag lookups ask the clusters only about the others (see `settled`).
 
 Losing the line never affects what is copied: a task that cannot reach the driver keeps copying
 until its batch duration ends, and tries once more on a fresh connection when it ends.
@@ -52,10 +51,6 @@ class ControlServer:
         # (source topic, partition) -> (offset it is settled at, (batch, shard) of the task that said so)
         self._settled: dict[tuple[str, int], tuple[int, tuple[int, int]]] = {}
         self._heard: dict[tuple[int, int], float] = {}  # (batch, shard) -> last exchange, monotonic
-        # (source topic, partition) -> (offset, timestamp of the first committed record at or after
-        # it), as the tasks last read it: true for as long as the offset is where the copy resumes,
-        # whichever task said so (`ops.lag.with_copied_ages`).
-        self._oldest: dict[tuple[str, int], tuple[int, int]] = {}
         server = self
 
         class Handler(socketserver.StreamRequestHandler):
@@ -93,9 +88,6 @@ class ControlServer:
                     self._settled[(topic, int(partition))] = (int(offset), owner)
                 elif self._settled.get((topic, int(partition)), (0, owner))[1] == owner:
                     self._settled.pop((topic, int(partition)), None)
-            for key, (offset, ts) in msg.get("oldest", {}).items():
-                topic, partition = key.rsplit("|", 1)
-                self._oldest[(topic, int(partition))] = (int(offset), int(ts))
         if stats := msg.get("stats"):
             self.add({"batch": batch, "shard": msg.get("shard"), **stats})
         reply: dict = {"stop": stop}
@@ -134,10 +126,6 @@ class ControlServer:
                     del self._heard[owner]
                 self._settled = {tp: v for tp, v in self._settled.items() if v[1] not in gone}
             return {tp: offset for tp, (offset, owner) in self._settled.items() if owner in self._heard}
-
-    def oldest(self) -> dict[tuple[str, int], tuple[int, int]]:
-        with self._lock:
-            return dict(self._oldest)
 
     def seed_floors(self, floors: dict[str, int]) -> None:
         """Offsets known committed before any task ran (the job's pre-flight read of the group)."""
@@ -199,10 +187,8 @@ class DriverLink:
             self._exchange(None)
         return self._stop
 
-    def report(self, stats: dict | None, settled: dict[str, int] | None = None,
-               oldest: dict[str, list[int]] | None = None) -> bool:
-        ask = {**({"settled": settled} if settled else {}), **({"oldest": oldest} if oldest else {})}
-        return self._exchange(stats, ask or None)
+    def report(self, stats: dict | None, settled: dict[str, int] | None = None) -> bool:
+        return self._exchange(stats, {"settled": settled} if settled else None)
 
     def floors(self, keys: list[str]) -> dict[str, int]:
         """For "source topic|partition" keys: the highest next offset the driver saw committed in this

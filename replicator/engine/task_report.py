@@ -1,9 +1,7 @@
-"""What a running shard task tells the driver: its stats as transactions commit, which of its
+"""What a running shard task tells the driver: its stats as transactions commit, and which of its
 partitions are settled (the driver takes their lag as 0 without asking the clusters,
 `ControlServer.settled`: at 5,000 idle partitions, asking was most of an idle job's CPU,
-BENCHMARKS.md), and the oldest record not yet copied of each partition it is copying (the driver's
-lag in seconds then needs no read of the source: across a WAN link each read cost a record batch
-per lagging partition at every progress line, BENCHMARKS.md)."""
+BENCHMARKS.md)."""
 
 from __future__ import annotations
 
@@ -16,8 +14,6 @@ from replicator.engine.copy_stats import CopyStats
 _REPORT_INTERVAL_S = 1.0
 _SETTLED_INTERVAL_S = 2.0  # how often a task looks for partitions that reached or left the source's end
 _SETTLED_RESEND_S = 30.0  # and says all of them again (the driver forgets a task it did not hear from)
-# Changes once per transaction and partition; a report older than the group's offset is not used.
-_OLDEST_INTERVAL_S = 1.0
 
 
 class DriverLink(Protocol):
@@ -25,26 +21,21 @@ class DriverLink(Protocol):
 
     def stop_requested(self) -> bool: ...
     # False: not delivered, keep the stats. `settled`: "topic|partition" -> the offset at which it
-    # is settled (see TaskReport), -1 for one no longer settled. `oldest`: "topic|partition" ->
-    # [offset, timestamp of the first record at or after it], for partitions whose changed.
-    def report(self, stats: dict | None, settled: dict[str, int] | None = None,
-               oldest: dict[str, list[int]] | None = None) -> bool: ...
+    # is settled (see TaskReport), -1 for one no longer settled.
+    def report(self, stats: dict | None, settled: dict[str, int] | None = None) -> bool: ...
     def floors(self, keys: list[str]) -> dict[str, int]: ...
 
 
 class TaskReport:
     """The stats not yet taken by the driver, and what it was last told is settled."""
 
-    def __init__(self, settled: Callable[[], dict[str, int]],
-                 oldest: Callable[[], dict[str, list[int]]] = dict) -> None:
+    def __init__(self, settled: Callable[[], dict[str, int]]) -> None:
         self.stats = CopyStats()
         self.link: DriverLink | None = None
         self._settled = settled  # the partitions settled now
-        self._oldest = oldest  # the oldest record not yet copied, per partition, now
         self._sent_settled: dict[str, int] = {}
-        self._sent_oldest: dict[str, list[int]] = {}
         self._reported = time.monotonic()
-        self._settled_checked = self._settled_resent = self._oldest_checked = 0.0
+        self._settled_checked = self._settled_resent = 0.0
 
     def send(self, force: bool = False) -> None:
         """Tells the driver what changed: at most once a second unless forced or settled partitions changed."""
@@ -56,20 +47,14 @@ class TaskReport:
             if now - self._settled_resent >= _SETTLED_RESEND_S:
                 self._sent_settled, self._settled_resent = {}, now
             settled, self._settled_checked = self._settled_changes(), now
-        oldest = None
-        if now - self._oldest_checked >= _OLDEST_INTERVAL_S:
-            current, self._oldest_checked = self._oldest(), now
-            oldest = {k: v for k, v in current.items() if self._sent_oldest.get(k) != v}
-        if self.stats.empty() and not settled and not oldest:
+        if self.stats.empty() and not settled:
             return
-        if not force and not settled and not oldest and now - self._reported < _REPORT_INTERVAL_S:
+        if not force and not settled and now - self._reported < _REPORT_INTERVAL_S:
             return
         stats = None if self.stats.empty() else self.stats.to_dict()
-        if self.link.report(stats, settled, oldest):
+        if self.link.report(stats, settled):
             if stats is not None:
                 self.stats = CopyStats()
-            if oldest is not None:
-                self._sent_oldest = current
             for key, offset in (settled or {}).items():
                 if offset < 0:
                     self._sent_settled.pop(key, None)

@@ -204,28 +204,14 @@ def partition_lags(cfg: ReplicatorConfig, mappings: list[TopicMapping], timeout_
         reader.close()
 
 
-def with_copied_ages(lags: list[PartitionLag], copied: Mapping[tuple[str, int], tuple[int, int]]
-                     ) -> list[PartitionLag]:
-    """`lags` with `oldest_timestamp_ms` filled in where the copy itself read the record: `copied`
-    maps (source topic, partition) to (offset, timestamp of the first committed record at or after
-    it), and where the offset is the partition's resume offset that record is the oldest still to
-    copy (what `with_ages` would read from the source)."""
-    out = []
-    for x in lags:
-        c = copied.get((x.source_topic, x.partition)) if x.records > 0 and x.oldest_timestamp_ms is None else None
-        out.append(dataclasses.replace(x, oldest_timestamp_ms=c[1]) if c is not None and c[0] == x.resume else x)
-    return out
-
-
 def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 10.0,
               seen: AgesSeen | None = None) -> list[PartitionLag]:
     """`lags` with `oldest_timestamp_ms` filled in: the read_committed record at each lagging
     partition's resume offset is the oldest one still to copy (markers and aborted records are
     skipped by the consumer, which is what "committed" means here). Partitions whose record could
     not be read in `timeout` keep None. `seen` carries what earlier lookups found (a running job's
-    every progress line): a partition whose resume offset has not moved since is not read again.
-    Partitions whose timestamp is already known (`with_copied_ages`) are not read either."""
-    lagging = {(x.source_topic, x.partition): x for x in lags if x.records > 0 and x.oldest_timestamp_ms is None}
+    every progress line): a partition whose resume offset has not moved since is not read again."""
+    lagging = {(x.source_topic, x.partition): x for x in lags if x.records > 0}
     found: dict[tuple[str, int], int] = seen.known(lagging) if seen is not None else {}
     unread = {tp: x for tp, x in lagging.items() if tp not in found}
     if unread:
@@ -249,7 +235,7 @@ def with_ages(cfg: ReplicatorConfig, lags: list[PartitionLag], timeout: float = 
             consumer.close()
     if seen is not None:
         seen.remember(lagging, found)
-    return [x if x.oldest_timestamp_ms == -1 or (x.records > 0 and x.oldest_timestamp_ms is not None) else
+    return [x if x.records == 0 and x.oldest_timestamp_ms == -1 else
             dataclasses.replace(x, oldest_timestamp_ms=found.get((x.source_topic, x.partition),
                                                                  None if x.records > 0 else -1))
             for x in lags]

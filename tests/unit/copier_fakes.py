@@ -141,7 +141,7 @@ class Link:
         self.sent: list[dict] = []
         self.up = True
 
-    def report(self, stats, settled=None, oldest=None) -> bool:
+    def report(self, stats, settled=None) -> bool:
         if self.up:
             self.sent.append(settled or {})
         return self.up
