@@ -80,7 +80,7 @@ def test_a_callers_helper_thread_ends_with_the_caller():
     def helpers() -> int:  # other tests' threads may end meanwhile: count this test's own
         return sum(t.name == "bounded-ends" for t in threading.enumerate())
 
-    for _ in range(20):  # one producer per Spark task, in a Python worker Spark reuses
+    for _ in range(20):  # callers built one after another in one process (tests; Spark worker reuse)
         caller = bounded_call.BoundedCaller("ends")
         assert caller.call(object(), "f", lambda: 1, 1.0) == 1
     del caller
