@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import gc
+import subprocess
+import sys
 import threading
 import time
 
@@ -59,9 +62,6 @@ def test_a_blocked_call_is_a_retriable_timeout_and_its_client_stays_referenced()
 
 def test_a_call_that_never_returns_does_not_keep_its_process_from_exiting():
     # A Spark worker whose JVM went away exits; a stuck librdkafka call must not hold it at exit.
-    import subprocess
-    import sys
-
     program = ("import threading\n"
                "from confluent_kafka import KafkaException\n"
                "from replicator.clients import bounded_call\n"
@@ -75,8 +75,6 @@ def test_a_call_that_never_returns_does_not_keep_its_process_from_exiting():
 
 
 def test_a_callers_helper_thread_ends_with_the_caller():
-    import gc
-
     def helpers() -> int:  # other tests' threads may end meanwhile: count this test's own
         return sum(t.name == "bounded-ends" for t in threading.enumerate())
 

@@ -5,11 +5,15 @@ from __future__ import annotations
 import json
 import logging
 
+from confluent_kafka import KafkaError, KafkaException
+
+from replicator.clients import kafka_clients
 from replicator.config import ReplicatorConfig
 from replicator.engine.shard_copy import needs_refresh
 from replicator.engine.sharding import shard_of
 from replicator.engine.spark_source import EPOCH_KEY, ReplicationPlanner, epoch_of
 from replicator.offsets import NO_OFFSET, CommitMetadata, Committed
+from replicator.topics import sync as topic_sync
 
 
 def ends(offsets) -> dict[tuple[str, int], int]:
@@ -72,11 +76,6 @@ def test_a_progress_events_end_offset_gives_the_batch_epoch():
 
 
 def test_a_failed_topic_lookup_warns_naming_the_cluster_and_asks_through_new_clients(monkeypatch, caplog):
-    from confluent_kafka import KafkaError, KafkaException
-
-    from replicator.clients import kafka_clients
-    from replicator.topics import sync as topic_sync
-
     class Admin:
         polled = 0
 
