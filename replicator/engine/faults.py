@@ -52,11 +52,11 @@ class FaultyProducer:
         self._armed = True
 
     def commit(self, offsets: list[TopicPartition], group: Consumer, advanced: list[PartitionCopy],
-               started: float) -> None:
+               started: float, before_end: Callable[[], None]) -> None:
         armed, self._armed = self._armed, False
         if armed and self._fault == "fail-before-commit":
             raise InjectedFault("test fault: failing after producing, before commit")
-        self._inner.commit(offsets, group, advanced, started)
+        self._inner.commit(offsets, group, advanced, started, before_end)
         if armed and self._fault == "fail-after-commit":
             raise InjectedFault("test fault: failing after the first committed transaction")
         if armed and self._fault == "stall-fetch":

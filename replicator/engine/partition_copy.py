@@ -38,12 +38,16 @@ class PartitionCopy:
     # (source, target) offsets of its first copied record, and the source offsets it skipped.
     txn_begin: int = -1
     first_pair: tuple[int, int] | None = None
+    first_copied: int = -1  # source offset of the open transaction's first copied record
     gaps: list[int] = field(default_factory=list)  # flat [start, end, start, end, ...]
     delivery_error: KafkaError | None = None  # the target refused a record of the open transaction
     rewound_from: int = -1  # the copy position when the consumer last went back below it (logged once)
     # The source's end (last stable offset) at the partition's last end-of-partition event, -1 when
     # unsure. A record arriving after it moves `next` past it.
     end_seen: int = -1
+    # Where the partition's next copied record lands on the target, when this attempt knows it (a
+    # transactional copy only: see `landing`); -1 when unknown.
+    target_next: int = -1
 
     @property
     def key(self) -> str:
@@ -65,11 +69,26 @@ class PartitionCopy:
         event, nothing arrived since, nothing of it in the open transaction)."""
         return self.end_seen >= 0 and self.next == self.end_seen and self.promised and not self.dirty
 
+    def landing(self) -> tuple[tuple[int, int], tuple[int, int]] | None:
+        """The (source, target) offset pairs of the open transaction's first and last copied records,
+        known before their delivery reports when `target_next` is; else None.
+
+        One shard writes a target partition, so its records land contiguously from where its last
+        transaction ended: the last record's offset + 2, past that transaction's commit marker."""
+        if self.target_next < 0 or not self.records:
+            return None
+        last, gaps, i = self.next, self.gaps, len(self.gaps)
+        while i and gaps[i - 1] == last:  # skipped source offsets after the last copied record
+            last = gaps[i - 2]
+            i -= 2
+        return (self.first_copied, self.target_next), (last - 1, self.target_next + self.records - 1)
+
     def committed(self) -> None:
         """Its transaction committed: the next one starts from here, and the fake group holds its
         offset now, so a later gap is data loss."""
         self.dirty, self.refresh, self.records, self.bytes, self.first_ts, self.last_ts = False, False, 0, 0, -1, -1
         self.txn_begin, self.first_pair, self.gaps, self.delivery_error = self.next, None, [], None
+        self.first_copied = -1
         self.promised = True
 
 

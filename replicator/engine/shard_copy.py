@@ -14,9 +14,11 @@ the driver tells it to end early, copying whatever arrives in its partitions:
    with key, value, headers and timestamp, in small transactions whose length the shard's load and
    backlog decide (`transaction_rhythm`);
 4. each transaction carries, via `send_offsets_to_transaction`, the next source offset of every
-   partition it advanced, so data and position commit atomically; and, produced after the data's
-   delivery reports and before those offsets, one translation index entry per partition it copied
-   records of (`replicator.groups.index`): visible exactly when the data is.
+   partition it advanced, so data and position commit atomically; and, produced before those
+   offsets, one translation index entry per partition it copied records of
+   (`replicator.groups.index`): visible exactly when the data is. Both name the target offsets the
+   records landed on: from the delivery reports, or predicted from the shard's own last commit and
+   checked against the reports before the commit (`_commit`).
 
 Any Kafka error in the transaction drops the producer and starts again at step 1 (`retry_policy`):
 whatever happened before (commit or not), the re-read offsets tell the truth, raised to the
@@ -33,7 +35,7 @@ from __future__ import annotations
 import logging
 import time
 
-from confluent_kafka import KafkaException, Producer, TopicPartition
+from confluent_kafka import KafkaError, KafkaException, Producer, TopicPartition
 
 from replicator.clients.callback_errors import kafka_errors_unwrapped
 from replicator.clients.client_errors import Outcome
@@ -77,6 +79,9 @@ class ShardCopier:
         producer = shard_producer.for_guarantee(cfg, shard, self.txn_id)
         # A test fault wraps the producer: the loop below never asks whether one is set.
         self._producer = FaultyProducer(producer, fault, lambda: source.consumer) if fault else producer
+        # Index entries and offsets go out before the records are acknowledged where their landing
+        # is known (`_commit`); off for the copier's life once a landing was mispredicted.
+        self._predict = cfg.exactly_once
         heap.spare_batches(source.batch)
 
     @property
@@ -269,6 +274,7 @@ class ShardCopier:
                     # rule it or a later one carries a report, so the last copied record always does.
                     if st.records == 0:
                         report = PairReport(st, offset, True)
+                        st.first_copied = offset
                     elif run_goes_on and offset < next_offset and (end is None or next_offset < end):
                         report = None
                     else:
@@ -306,17 +312,88 @@ class ShardCopier:
         entered = time.monotonic()
         started = self._rhythm.started if self._rhythm.started is not None else entered
         advanced = [s for s in states.values() if s.dirty]
+        copied = [s for s in advanced if s.records]
         producer = self._producer.client
-        if advanced:
-            producer.flush(60)  # every record acknowledged before the offsets join the transaction
-            if self.index_partitions:
-                self._produce_index(producer, advanced)
-        offsets = [TopicPartition(s.r.target_topic, s.r.partition, s.next, metadata=self._metadata(s))
+        # Where the records land on the target is needed by the index entries and the commit
+        # metadata. Known beforehand (`PartitionCopy.landing`), they join the transaction while the
+        # records are still in flight, and the delivery reports are checked against it before the
+        # commit; else the records are acknowledged first. Beside the source across a WAN, a commit
+        # is then about four round trips instead of seven (BENCHMARKS.md, "Steady state across the link").
+        ahead = self._landing_ahead(copied)
+        if ahead is None:
+            if advanced:
+                self._flush(producer)
+            landed = self._landed(copied)
+        else:
+            landed = ahead
+        if self.index_partitions:
+            self._produce_index(producer, advanced, landed)
+        offsets = [TopicPartition(s.r.target_topic, s.r.partition, s.next,
+                                  metadata=self._metadata(s, landed[id(s)][1] if s.records else s.pair))
                    for s in advanced]
-        self._producer.commit(offsets, self.group, advanced, started)
+        self._producer.commit(offsets, self.group, advanced, started,
+                              (lambda: self._check_landing(producer, copied, ahead)) if ahead else _acknowledged)
+        if self.cfg.exactly_once:
+            for s in copied:
+                first, last = landed[id(s)]
+                s.target_next = last[1] + 2 if last[1] - first[1] + 1 == s.records else -1
         self._rhythm.committed(entered, sum(s.records for s in advanced))
         self._account(advanced, started)
         self._report.send()
+
+    def _landing_ahead(self, copied: list[PartitionCopy]) -> dict[int, tuple] | None:
+        """id(state) -> predicted (first, last) pairs of every copied partition, or None unless all
+        are known (a transactional copy that committed each of them before in this attempt).
+
+        Only where commits cross a link. Beside the target, offsets sent this early met the
+        coordinator still completing the previous commit, and librdkafka retried them after its
+        backoff: keyed p99 at 30k rec/s of 1 KiB rose from 0.08-0.10 to 0.17-0.44 s (0.22 with a
+        10 ms retry.backoff.ms), and flushing first costs a round trip of a millisecond there."""
+        if not (self._predict and copied and self._rhythm.commits_cross_a_link):
+            return None
+        ahead = {}
+        for s in copied:
+            if (pairs := s.landing()) is None:
+                return None
+            ahead[id(s)] = pairs
+        return ahead
+
+    def _flush(self, producer: Producer) -> None:
+        if left := producer.flush(60):
+            raise KafkaException(KafkaError(KafkaError._TIMED_OUT, f"{left} records not acknowledged by the target "
+                                            f"within 60 s", txn_requires_abort=True))
+
+    def _landed(self, copied: list[PartitionCopy]) -> dict[int, tuple]:
+        """id(state) -> the (first, last) pairs the delivery reports gave (after a flush)."""
+        landed = {}
+        for s in copied:
+            if s.delivery_error is not None:  # the refusal itself says what went wrong
+                raise KafkaException(s.delivery_error)
+            if s.first_pair is None or s.pair is None:  # the index entry and the metadata would be wrong
+                raise RuntimeError(f"shard {self.shard}: no delivery report for {s.r.target_topic}"
+                                   f"[{s.r.partition}] after flush; its target offsets are unknown")
+            landed[id(s)] = (s.first_pair, s.pair)
+        return landed
+
+    def _check_landing(self, producer: Producer, copied: list[PartitionCopy], ahead: dict[int, tuple]) -> None:
+        """Before the transaction ends: every record acknowledged where `ahead` said. Elsewhere,
+        something else took offsets of the partition, and the entries and metadata sent are wrong:
+        the transaction aborts, and this copier stops predicting. Another producer can, and so can
+        a broker failover: make chaos saw a transaction's commit marker written twice after the
+        transaction coordinator's broker was killed."""
+        self._flush(producer)
+        landed = self._landed(copied)
+        for s in copied:
+            if landed[id(s)] != ahead[id(s)]:
+                self._predict = False
+                log.warning("target %s[%d]: records landed at %s, not at %s as this shard's own last commit "
+                            "predicted (a second commit marker after a broker failover, or another producer "
+                            "writing there); aborting the transaction, and acknowledging records before indexing "
+                            "them for the rest of this task", s.r.target_topic, s.r.partition,
+                            landed[id(s)], ahead[id(s)],
+                            extra={"event": "landing_mispredicted", "shard": self.shard})
+                raise KafkaException(KafkaError(KafkaError._STATE, f"{s.r.target_topic}[{s.r.partition}]: records "
+                                                "landed elsewhere than predicted", txn_requires_abort=True))
 
     def _account(self, advanced: list[PartitionCopy], started: float) -> None:
         """Counts a committed transaction and raises its partitions' floors."""
@@ -338,33 +415,33 @@ class ShardCopier:
                 stats.latency_seconds += [now - s.first_ts / 1000, now - s.last_ts / 1000]
             self._partitions.committed(s)
 
-    def _produce_index(self, producer: Producer, advanced: list[PartitionCopy]) -> None:
-        """After the data's delivery reports (they give the target offsets), before the offsets join
-        the transaction: the entries commit or abort with the data they describe."""
+    def _produce_index(self, producer: Producer, advanced: list[PartitionCopy], landed: dict[int, tuple]) -> None:
+        """Before the offsets join the transaction: the entries commit or abort with the data they
+        describe."""
         topic = index.index_topic(self.cfg.name)
         for s in advanced:
-            if s.delivery_error is not None:  # the refusal itself says what went wrong, not the index
-                raise KafkaException(s.delivery_error)
             if not s.records:
                 continue  # no entry: source offsets up to the next entry map to the previous one's end
-            entry = index.entry_from_copy(s.txn_begin, s.next, s.first_pair, s.pair, s.records, s.gaps)
-            if entry is None:  # a missing entry would map these offsets wrongly: the task is retried
-                raise RuntimeError(f"shard {self.shard}: no delivery report for {s.r.target_topic}"
-                                   f"[{s.r.partition}] after flush; the translation index entry cannot be built")
+            first, last = landed[id(s)]
+            entry = index.entry_from_copy(s.txn_begin, s.next, first, last, s.records, s.gaps)
             if not entry.contiguous:
                 log.error("target %s[%d]: %d records landed on %d offsets: another producer writes there; "
                           "this transaction's index entry is flagged inexact", s.r.target_topic, s.r.partition,
-                          entry.count, s.pair[1] - entry.first_target + 1,
+                          entry.count, last[1] - entry.first_target + 1,
                           extra={"event": "index_not_contiguous", "shard": self.shard})
             producer.produce(topic, entry.encode(), index.entry_key(s.r.target_topic, s.r.partition),
                              index.index_partition(s.r.target_topic, s.r.partition, self.index_partitions))
 
-    def _metadata(self, s: PartitionCopy) -> str:
-        so, to = s.pair if s.pair is not None else (s.meta.source_offset, s.meta.target_offset)
+    def _metadata(self, s: PartitionCopy, pair: tuple[int, int] | None) -> str:
+        so, to = pair if pair is not None else (s.meta.source_offset, s.meta.target_offset)
         s.meta = CommitMetadata(self.source_cluster, s.r.source_topic, self.cfg.shard_count, self.shard, so, to,
                                 self.cfg.name, int(time.time()),
                                 CommitMetadata.target_cluster_of(self.cfg, self.group, s.r.target_topic))
         return s.meta.encode()
+
+
+def _acknowledged() -> None:
+    """The records were flushed before the offsets joined: nothing is left to check."""
 
 
 def needs_refresh(c: Committed | None, stale_before: float) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -54,8 +55,10 @@ class ShardProducer(Protocol):
     def begin(self) -> None: ...
 
     def commit(self, offsets: list[TopicPartition], group: Consumer, advanced: list[PartitionCopy],
-               started: float) -> None:
-        """Commits the flushed records and `offsets` (the advanced partitions' next source offsets)."""
+               started: float, before_end: Callable[[], None]) -> None:
+        """Commits the produced records and `offsets` (the advanced partitions' next source offsets).
+        `before_end` (which flushes the records, if they were not flushed already) runs once the
+        offsets are sent and before anything commits; it raises to abort."""
         ...
 
     def abort(self) -> bool:
@@ -96,7 +99,7 @@ class TransactionalProducer:
         self._begun = True
 
     def commit(self, offsets: list[TopicPartition], group: Consumer, advanced: list[PartitionCopy],
-               started: float) -> None:
+               started: float, before_end: Callable[[], None]) -> None:
         client = self.client
         if offsets:
             if not self._begun:
@@ -104,6 +107,7 @@ class TransactionalProducer:
             metadata = group.consumer_group_metadata()
             self._bounded.call(client, "send_offsets_to_transaction",
                                lambda: client.send_offsets_to_transaction(offsets, metadata, 60), 60)
+        before_end()
         if self._begun:
             # From here a failure no longer means the transaction aborted (see commit_outcome).
             if any(s.first_pair is not None for s in advanced):
@@ -176,7 +180,8 @@ class PlainProducer:
         pass
 
     def commit(self, offsets: list[TopicPartition], group: Consumer, advanced: list[PartitionCopy],
-               started: float) -> None:
+               started: float, before_end: Callable[[], None]) -> None:
+        before_end()
         if offsets:
             group.commit(offsets=offsets, asynchronous=False)
 

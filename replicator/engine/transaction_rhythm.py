@@ -33,12 +33,15 @@ _HEADROOM = 2.0
 _MAX_LOAD = 0.75
 # A catch-up's transaction lasts at least this many commit durations, so commits hold the loop at
 # most a tenth of the time. On loopback a catch-up's commit takes 20-200 ms and the configured
-# catch-up bound is the longer one; across a WAN link a commit is five to seven round trips (0.6-0.8 s
-# at 100 ms), and 2 s transactions spent a quarter of the copy's time committing.
+# catch-up bound is the longer one; across a WAN link a commit is about four round trips (seven in a
+# partition's first transaction of an attempt, see ShardCopier._commit), and 2 s transactions had
+# spent a quarter of the copy's time committing.
 _CATCH_UP_COMMITS = 9.0
 # ... counted from the quickest of the last few commits: a link's round trips slow every commit, a
 # broker failing over slows one, and that one must not stretch the transactions after it.
 _CATCH_UP_COMMITS_SEEN = 5
+# Commits this slow (the quickest of those last few) cross a link to the target: see `commits_cross_a_link`.
+_LINK_COMMIT_S = 0.025
 
 
 class TransactionRhythm:
@@ -128,6 +131,12 @@ class TransactionRhythm:
     @property
     def open(self) -> bool:
         return self.started is not None
+
+    @property
+    def commits_cross_a_link(self) -> bool:
+        """Whether even the quickest recent commit took round trips a link makes long (a commit is
+        five to seven; on loopback the quickest take 2-5 ms, a catch-up's longer ones 20-200 ms)."""
+        return min(self._commits, default=0.0) >= _LINK_COMMIT_S
 
     def wait(self) -> float:
         """How long the next read may wait for records."""

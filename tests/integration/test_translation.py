@@ -43,8 +43,8 @@ class _CrashAfterIndex(ShardCopier):
 
     seen: dict = {}
 
-    def _produce_index(self, producer, advanced) -> None:
-        super()._produce_index(producer, advanced)
+    def _produce_index(self, producer, advanced, landed) -> None:
+        super()._produce_index(producer, advanced, landed)
         producer.flush(30)
         st = advanced[0]
         ip = index_partition(st.r.target_topic, st.r.partition)

@@ -104,9 +104,9 @@ def test_a_commit_is_in_doubt_exactly_while_its_call_may_have_committed(fails):
     st = PartitionCopy(CopyRange("s", "t", 0, -1), 50, True, CommitMetadata("c", "s", 1, 0), first_pair=(40, 200))
     if fails:
         with pytest.raises(RuntimeError):
-            p.commit(["offsets"], _Group(), [st], 1.0)
+            p.commit(["offsets"], _Group(), [st], 1.0, lambda: None)
         assert p.in_doubt is not None and p.in_doubt.states == [st]
     else:
-        p.commit(["offsets"], _Group(), [st], 1.0)
+        p.commit(["offsets"], _Group(), [st], 1.0, lambda: None)
         assert p.in_doubt is None
     assert client.calls == ["begin", "offsets", "commit"]  # begun by the offsets when no record did

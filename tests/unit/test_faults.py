@@ -52,7 +52,7 @@ ADVANCED = [PartitionCopy(CopyRange("s", "t", 0, -1), 10, True, CommitMetadata("
 
 
 def commit(p: FaultyProducer) -> None:
-    p.commit(["offsets"], Group(), ADVANCED, 0.0)
+    p.commit(["offsets"], Group(), ADVANCED, 0.0, lambda: None)
 
 
 def test_fail_before_commit_fails_the_attempts_first_commit_before_anything_commits():
