@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import logging
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Protocol
@@ -29,6 +30,9 @@ from replicator.engine.partition_copy import PartitionCopy
 log = logging.getLogger("replicator.shard_copy")  # the events' log, as when this lived in shard_copy
 
 _IN_DOUBT_GRACE_S = 30.0  # past the transaction timeout, for the coordinator to write its abort
+# An EndTxn round trip this long, the quickest of the last few, crosses a link (see `crosses_a_link`).
+_LINK_END_S = 0.005
+_ENDS_SEEN = 5
 
 
 @dataclass
@@ -40,6 +44,7 @@ class InDoubt:
 class ShardProducer(Protocol):
     client: Producer | None  # the running attempt's; the copy loop produces to it directly
     in_doubt: InDoubt | None  # a transaction whose commit call failed, until settled
+    crosses_a_link: bool  # the target is a link away: its round trips are what a commit costs
 
     def open_client(self) -> Producer:
         """A new, initialised client (fencing the id's earlier holder)."""
@@ -57,8 +62,8 @@ class ShardProducer(Protocol):
     def commit(self, offsets: list[TopicPartition], group: Consumer, advanced: list[PartitionCopy],
                started: float, before_end: Callable[[], None]) -> None:
         """Commits the produced records and `offsets` (the advanced partitions' next source offsets).
-        `before_end` (which flushes the records, if they were not flushed already) runs once the
-        offsets are sent and before anything commits; it raises to abort."""
+        `before_end` (which flushes what is produced) runs once the offsets are sent and before
+        anything commits; it raises to abort."""
         ...
 
     def abort(self) -> bool:
@@ -81,6 +86,15 @@ class TransactionalProducer:
         self.in_doubt: InDoubt | None = None
         self._begun = False  # Kafka's transaction began (at its first record, or at its offsets)
         self._bounded = BoundedCaller(f"shard-{shard}")  # the transaction calls librdkafka may not end
+        # The last commits' EndTxn round trips (everything was flushed before, see `commit`).
+        self._ends: deque[float] = deque(maxlen=_ENDS_SEEN)
+
+    @property
+    def crosses_a_link(self) -> bool:
+        """Whether even the quickest of the last few EndTxn round trips was as long as a link makes
+        it: on loopback one takes 1-3 ms; a refused registration's retry slows the flush before it,
+        a coordinator failing over slows one, and neither counts."""
+        return len(self._ends) == _ENDS_SEEN and min(self._ends) >= _LINK_END_S
 
     def open_client(self) -> Producer:
         return transactional_ids.init_producer(self.cfg, self.txn_id, 120)
@@ -112,7 +126,9 @@ class TransactionalProducer:
             # From here a failure no longer means the transaction aborted (see commit_outcome).
             if any(s.first_pair is not None for s in advanced):
                 self.in_doubt = InDoubt(advanced, started)
+            ending = time.monotonic()
             self._bounded.call(client, "commit_transaction", lambda: client.commit_transaction(60), 60)
+            self._ends.append(time.monotonic() - ending)
             self.in_doubt = None
         self._begun = False
 
@@ -159,6 +175,7 @@ class PlainProducer:
     (a failure in between copies them again), so no commit is ever in doubt."""
 
     in_doubt = None
+    crosses_a_link = False  # nothing to gain: it sends no offsets before the records are acknowledged
 
     def __init__(self, cfg: ReplicatorConfig) -> None:
         self.cfg = cfg

@@ -40,8 +40,6 @@ _CATCH_UP_COMMITS = 9.0
 # ... counted from the quickest of the last few commits: a link's round trips slow every commit, a
 # broker failing over slows one, and that one must not stretch the transactions after it.
 _CATCH_UP_COMMITS_SEEN = 5
-# Commits this slow (the quickest of those last few) cross a link to the target: see `commits_cross_a_link`.
-_LINK_COMMIT_S = 0.025
 
 
 class TransactionRhythm:
@@ -131,12 +129,6 @@ class TransactionRhythm:
     @property
     def open(self) -> bool:
         return self.started is not None
-
-    @property
-    def commits_cross_a_link(self) -> bool:
-        """Whether even the quickest recent commit took round trips a link makes long (a commit is
-        five to seven; on loopback the quickest take 2-5 ms, a catch-up's longer ones 20-200 ms)."""
-        return min(self._commits, default=0.0) >= _LINK_COMMIT_S
 
     def wait(self) -> float:
         """How long the next read may wait for records."""

@@ -11,8 +11,8 @@ import pytest
 from confluent_kafka import KafkaException
 
 from replicator.config import ReplicatorConfig
-from replicator.engine import transaction_rhythm
 from replicator.engine.partition_copy import PartitionCopy
+from replicator.engine.shard_producer import TransactionalProducer
 from replicator.groups.index import IndexEntry, index_topic
 from replicator.offsets import CommitMetadata
 from tests.unit.copier_fakes import Clients, Target, copier, partition_state, records
@@ -68,7 +68,7 @@ class Group:
 @pytest.fixture(autouse=True)
 def across_a_link(monkeypatch):
     """These fake commits take no time: every one counts as slow as across a link."""
-    monkeypatch.setattr(transaction_rhythm, "_LINK_COMMIT_S", 0.0)
+    monkeypatch.setattr(TransactionalProducer, "crosses_a_link", True)
 
 
 def shard(**cfg) -> tuple:
@@ -107,7 +107,7 @@ def test_a_transaction_after_a_commit_sends_its_index_entries_and_offsets_before
     c, target, states = shard()
     # The attempt's first transaction: nothing is known, the records are acknowledged first.
     assert transaction(c, target, states, records("s", 0, range(0, 5)), records("s", 1, range(0, 3))) == [
-        "flush", "index", "index", "offsets", "commit"]
+        "flush", "index", "index", "offsets", "flush", "commit"]
     # Then the landing is known: entries and offsets go out with the records in flight.
     events = transaction(c, target, states, records("s", 0, [5, 6, 8]), records("s", 1, [3]))
     assert events == ["index", "index", "offsets", "flush", "commit"]
@@ -124,16 +124,17 @@ def test_a_partition_first_copied_in_this_transaction_waits_for_its_acknowledgem
     c, target, states = shard()
     transaction(c, target, states, records("s", 0, range(0, 5)))
     assert transaction(c, target, states, records("s", 0, [5]), records("s", 1, [0])) == [
-        "flush", "index", "index", "offsets", "commit"]
+        "flush", "index", "index", "offsets", "flush", "commit"]
     assert transaction(c, target, states, records("s", 0, [6]), records("s", 1, [1])) == [
         "index", "index", "offsets", "flush", "commit"]
 
 
 def test_beside_the_target_the_records_are_acknowledged_first_in_every_transaction(monkeypatch):
-    monkeypatch.setattr(transaction_rhythm, "_LINK_COMMIT_S", 0.025)
+    monkeypatch.setattr(TransactionalProducer, "crosses_a_link", False)
     c, target, states = shard()
     for batch in (range(0, 5), range(5, 7), range(7, 9)):
-        assert transaction(c, target, states, records("s", 0, batch)) == ["flush", "index", "offsets", "commit"]
+        assert transaction(c, target, states, records("s", 0, batch)) == [
+            "flush", "index", "offsets", "flush", "commit"]
 
 
 def test_a_landing_elsewhere_aborts_the_transaction_and_turns_the_prediction_off():

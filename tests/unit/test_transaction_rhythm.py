@@ -267,13 +267,3 @@ def test_the_backlog_count_may_stop_at_what_a_stretched_transaction_copies():
     count = waiting(10**9)
     r.after_read(True, False, count)
     assert count.asked == [pytest.approx(10_000.0 * 5.4)]
-
-
-def test_commits_cross_a_link_when_even_the_quickest_recent_one_is_slow():
-    r = rhythm()
-    assert not r.commits_cross_a_link  # none seen yet
-    for seconds in (0.3, 0.25, 0.4):
-        r._commits.append(seconds)
-    assert r.commits_cross_a_link
-    r._commits.append(0.003)  # one quick commit: the target is near
-    assert not r.commits_cross_a_link
