@@ -88,13 +88,21 @@ class TransactionalProducer:
         self._bounded = BoundedCaller(f"shard-{shard}")  # the transaction calls librdkafka may not end
         # The last commits' EndTxn round trips (everything was flushed before, see `commit`).
         self._ends: deque[float] = deque(maxlen=_ENDS_SEEN)
+        self.crosses_a_link = False
 
-    @property
-    def crosses_a_link(self) -> bool:
-        """Whether even the quickest of the last few EndTxn round trips was as long as a link makes
-        it: on loopback one takes 1-3 ms; a refused registration's retry slows the flush before it,
-        a coordinator failing over slows one, and neither counts."""
-        return len(self._ends) == _ENDS_SEEN and min(self._ends) >= _LINK_END_S
+    def _ended(self, seconds: float) -> None:
+        """Counts an EndTxn round trip. The target is a link away when even the quickest of the last
+        few was as long as a link makes it: on loopback one takes 1-3 ms; a refused registration's
+        retry slows the flush before it, a coordinator failing over slows one, and neither counts."""
+        self._ends.append(seconds)
+        crosses = len(self._ends) == _ENDS_SEEN and min(self._ends) >= _LINK_END_S
+        if crosses != self.crosses_a_link:
+            self.crosses_a_link = crosses
+            log.info("the target's transaction coordinator answered EndTxn in %.1f ms at the quickest of the "
+                     "last %d commits: %s", min(self._ends) * 1000, len(self._ends),
+                     "a link away, so index entries and offsets join a transaction while its records are in flight"
+                     if crosses else "near, so records are acknowledged before index entries and offsets join",
+                     extra={"shard": self.shard, "event": "target_link", "crosses_a_link": crosses})
 
     def open_client(self) -> Producer:
         return transactional_ids.init_producer(self.cfg, self.txn_id, 120)
@@ -128,7 +136,7 @@ class TransactionalProducer:
                 self.in_doubt = InDoubt(advanced, started)
             ending = time.monotonic()
             self._bounded.call(client, "commit_transaction", lambda: client.commit_transaction(60), 60)
-            self._ends.append(time.monotonic() - ending)
+            self._ended(time.monotonic() - ending)
             self.in_doubt = None
         self._begun = False
 

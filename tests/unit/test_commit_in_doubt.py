@@ -114,9 +114,10 @@ def test_a_commit_is_in_doubt_exactly_while_its_call_may_have_committed(fails):
 
 def test_the_target_is_a_link_away_when_even_the_quickest_of_the_last_end_txns_was_slow():
     producer = TransactionalProducer(ReplicatorConfig(name="job"), 0, "job-shard-0")
-    producer._ends.extend([0.05] * 4)
+    for _ in range(4):
+        producer._ended(0.05)
     assert not producer.crosses_a_link  # too few seen yet
-    producer._ends.append(0.06)
+    producer._ended(0.06)
     assert producer.crosses_a_link
-    producer._ends.append(0.002)  # one quick EndTxn: the coordinator is near
+    producer._ended(0.002)  # one quick EndTxn: the coordinator is near
     assert not producer.crosses_a_link

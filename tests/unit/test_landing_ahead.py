@@ -12,7 +12,6 @@ from confluent_kafka import KafkaException
 
 from replicator.config import ReplicatorConfig
 from replicator.engine.partition_copy import PartitionCopy
-from replicator.engine.shard_producer import TransactionalProducer
 from replicator.groups.index import IndexEntry, index_topic
 from replicator.offsets import CommitMetadata
 from tests.unit.copier_fakes import Clients, Target, copier, partition_state, records
@@ -65,15 +64,12 @@ class Group:
         return type("Metadata", (), {"cluster_id": "target"})()
 
 
-@pytest.fixture(autouse=True)
-def across_a_link(monkeypatch):
-    """These fake commits take no time: every one counts as slow as across a link."""
-    monkeypatch.setattr(TransactionalProducer, "crosses_a_link", True)
-
-
-def shard(**cfg) -> tuple:
+def shard(link: bool = True, **cfg) -> tuple:
+    """A copier whose target is a link away (`link`), or near: these fake commits take no time."""
     target = TxnTarget()
     c = copier(ReplicatorConfig(name="job", **cfg), target=target, clients=Clients(group=Group()))
+    c._producer.crosses_a_link = link
+    c._producer._ended = lambda seconds: None
     states = {("s", 0): partition_state("s", 0, 0, None, "t"), ("s", 1): partition_state("s", 1, 0, None, "t")}
     return c, target, states
 
@@ -129,9 +125,8 @@ def test_a_partition_first_copied_in_this_transaction_waits_for_its_acknowledgem
         "index", "index", "offsets", "flush", "commit"]
 
 
-def test_beside_the_target_the_records_are_acknowledged_first_in_every_transaction(monkeypatch):
-    monkeypatch.setattr(TransactionalProducer, "crosses_a_link", False)
-    c, target, states = shard()
+def test_beside_the_target_the_records_are_acknowledged_first_in_every_transaction():
+    c, target, states = shard(link=False)
     for batch in (range(0, 5), range(5, 7), range(7, 9)):
         assert transaction(c, target, states, records("s", 0, batch)) == [
             "flush", "index", "offsets", "flush", "commit"]
