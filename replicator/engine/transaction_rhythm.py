@@ -33,9 +33,9 @@ _HEADROOM = 2.0
 _MAX_LOAD = 0.75
 # A catch-up's transaction lasts at least this many commit durations, so commits hold the loop at
 # most a tenth of the time. On loopback a catch-up's commit takes 20-200 ms and the configured
-# catch-up bound is the longer one; across a WAN link a commit is about four round trips (seven in a
-# partition's first transaction of an attempt, see ShardCopier._commit), and 2 s transactions had
-# spent a quarter of the copy's time committing.
+# catch-up bound is the longer one; across a WAN link a commit is about four round trips (seven until
+# the shard knows the target is a link away and where the partition's records land, see
+# ShardCopier._commit), and 2 s transactions had spent a quarter of the copy's time committing.
 _CATCH_UP_COMMITS = 9.0
 # ... counted from the quickest of the last few commits: a link's round trips slow every commit, a
 # broker failing over slows one, and that one must not stretch the transactions after it.
