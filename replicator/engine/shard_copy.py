@@ -331,11 +331,8 @@ class ShardCopier:
         offsets = [TopicPartition(s.r.target_topic, s.r.partition, s.next,
                                   metadata=self._metadata(s, landed[id(s)][1] if s.records else s.pair))
                    for s in advanced]
-        if ahead:
-            before_end = lambda: self._check_landing(producer, copied, ahead)  # noqa: E731
-        else:  # the index entries too: the producer times its EndTxn alone (`crosses_a_link`)
-            before_end = (lambda: self._flush(producer)) if self.index_partitions else _nothing_left  # noqa: E731
-        self._producer.commit(offsets, self.group, advanced, started, before_end)
+        self._producer.commit(offsets, self.group, advanced, started,
+                              lambda: self._before_end(producer, copied, ahead))
         if self.cfg.exactly_once:
             for s in copied:
                 first, last = landed[id(s)]
@@ -377,6 +374,14 @@ class ShardCopier:
                                    f"[{s.r.partition}] after flush; its target offsets are unknown")
             landed[id(s)] = (s.first_pair, s.pair)
         return landed
+
+    def _before_end(self, producer: Producer, copied: list[PartitionCopy], ahead: dict[int, tuple] | None) -> None:
+        """Once the offsets are sent: what is still in flight is acknowledged (the index entries too,
+        so the producer times its EndTxn alone, see `crosses_a_link`), and a predicted landing checked."""
+        if ahead is not None:
+            self._check_landing(producer, copied, ahead)
+        elif self.index_partitions:
+            self._flush(producer)
 
     def _check_landing(self, producer: Producer, copied: list[PartitionCopy], ahead: dict[int, tuple]) -> None:
         """Before the transaction ends: every record acknowledged where `ahead` said. Elsewhere,
@@ -441,10 +446,6 @@ class ShardCopier:
                                 self.cfg.name, int(time.time()),
                                 CommitMetadata.target_cluster_of(self.cfg, self.group, s.r.target_topic))
         return s.meta.encode()
-
-
-def _nothing_left() -> None:
-    """The records were flushed before the offsets joined, and nothing was produced since."""
 
 
 def needs_refresh(c: Committed | None, stale_before: float) -> bool:
