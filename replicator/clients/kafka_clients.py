@@ -50,9 +50,11 @@ def _admin_props(props, servers: str, errors: list[str] | None) -> dict:
     return out
 
 
-def source_consumer(cfg: ReplicatorConfig) -> Consumer:
-    """Reads assigned ranges only; never subscribes and never commits on the source."""
-    return Consumer(with_logging(_source_reader(cfg)))
+def source_consumer(cfg: ReplicatorConfig, across_a_link: bool = False) -> Consumer:
+    """Reads assigned ranges only; never subscribes and never commits on the source. With
+    `across_a_link`, its fetches and queue are sized for a source a long round trip away
+    (`clients.source_link`)."""
+    return Consumer(with_logging(_source_reader(cfg, across_a_link)))
 
 
 def source_peeker(cfg: ReplicatorConfig) -> Consumer:
@@ -76,8 +78,14 @@ def source_peeker(cfg: ReplicatorConfig) -> Consumer:
 # librdkafka refuses a fetch.max.bytes below message.max.bytes (default 1,000,000).
 _PEEK_FETCH_BYTES = 1024 * 1024
 
+# The copy consumer's fetch and queue sizes where the source is a link away (`clients.source_link`):
+# beside the target at a 100 ms round trip, twice the sizes copied 259k and 279k rec/s against 237k and
+# 239k; on loopback they were slower (BENCHMARKS.md, "Running across regions").
+_LINK_FETCH_SCALE = 2
 
-def _source_reader(cfg: ReplicatorConfig) -> dict:
+
+def _source_reader(cfg: ReplicatorConfig, across_a_link: bool = False) -> dict:
+    scale = _LINK_FETCH_SCALE if across_a_link else 1
     return {
         # How long the broker holds a fetch that has nothing to return: arriving data (or a source
         # commit moving the last stable offset) answers it at once, so the wait sets only how often
@@ -95,10 +103,12 @@ def _source_reader(cfg: ReplicatorConfig) -> dict:
         # responses and 20,000 records per partition instead of 64/16 MiB and 100,000, each shard
         # worker peaked at ~190 MiB instead of ~330 at the same throughput (docs/design.md,
         # "The data path"). 16 MiB of queue instead of 64 was faster and ~100 MiB lighter (queue A/B).
-        "fetch.max.bytes": 16 * 1024 * 1024,
-        "max.partition.fetch.bytes": 4 * 1024 * 1024,
+        # Across a link, one fetch per round trip must carry what the copy needs in that time: see
+        # `_LINK_FETCH_SCALE`.
+        "fetch.max.bytes": scale * 16 * 1024 * 1024,
+        "max.partition.fetch.bytes": scale * 4 * 1024 * 1024,
         "queued.min.messages": 20_000,
-        "queued.max.messages.kbytes": 16 * 1024,
+        "queued.max.messages.kbytes": scale * 16 * 1024,
         # librdkafka postpones fetching a partition whose local queue is over its threshold by this
         # much (default 1 s); the copy loop drains a full queue in a few ms and then sat idle, which
         # cost 20 % of catch-up throughput and made exactly-once look 10 % slower (it pauses to commit).

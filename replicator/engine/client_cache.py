@@ -8,17 +8,21 @@ holder anyway; a fresh producer costs ~18 ms.
 
 from __future__ import annotations
 
+import logging
 from typing import Protocol
 
 from confluent_kafka import Consumer
 
-from replicator.clients import kafka_clients
+from replicator.clients import kafka_clients, source_link
 from replicator.config import ReplicatorConfig
 from replicator.groups import index
+
+log = logging.getLogger("replicator.shard_copy")
 
 _consumers: dict[str, Consumer] = {}
 _group_readers: dict[str, Consumer] = {}
 _facts: dict[str, str] = {}  # what the clusters said once and does not change: ids, partition counts
+_across_a_link: dict[str, bool] = {}  # the source's round trip, judged once per process
 
 
 class ShardClients(Protocol):
@@ -26,6 +30,7 @@ class ShardClients(Protocol):
 
     def source_consumer(self) -> Consumer: ...
     def new_source_consumer(self) -> Consumer: ...
+    def sized_for_source_link(self, topic: str) -> Consumer | None: ...
     def group_reader(self) -> Consumer: ...
     def new_group_reader(self) -> Consumer: ...
     def source_cluster(self) -> str: ...
@@ -43,13 +48,30 @@ class CachedClients:
 
     def source_consumer(self) -> Consumer:
         if self._key not in _consumers:
-            _consumers[self._key] = kafka_clients.source_consumer(self.cfg)
+            self.new_source_consumer()
         return _consumers[self._key]
 
     def new_source_consumer(self) -> Consumer:
         """Replaces the cached consumer; the caller closes the one it had."""
-        _consumers[self._key] = kafka_clients.source_consumer(self.cfg)
+        _consumers[self._key] = kafka_clients.source_consumer(self.cfg, _across_a_link.get(self._key, False))
         return _consumers[self._key]
+
+    def sized_for_source_link(self, topic: str) -> Consumer | None:
+        """Once per process: times the source's round trip for `topic` with the cached consumer and,
+        where the source is a link away, replaces that consumer by one with larger fetches and
+        returns it (the caller closes the one it had). None: the consumer stays (a source that does
+        not answer is judged at the next attempt)."""
+        if self._key in _across_a_link:
+            return None
+        seconds = source_link.round_trip_s(self.source_consumer(), topic)
+        if seconds is None:
+            return None
+        _across_a_link[self._key] = far = source_link.crosses_a_link(seconds)
+        log.info("the source answered a metadata request in %.1f ms: %s", seconds * 1000,
+                 "a link away, so the copy fetches twice as much per round trip" if far
+                 else "near, so the copy fetches with the default sizes",
+                 extra={"event": "source_link", "crosses_a_link": far, "round_trip_ms": round(seconds * 1000, 1)})
+        return self.new_source_consumer() if far else None
 
     def group_reader(self) -> Consumer:
         if self._key not in _group_readers:

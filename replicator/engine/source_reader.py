@@ -49,8 +49,13 @@ class SourceReader:
         self._paused: list[TopicPartition] = []  # partitions `finish` paused, resumed when the attempt ends
 
     def start(self) -> None:
-        """Assigns the running attempt's partitions at their copy positions."""
+        """Assigns the running attempt's partitions at their copy positions, with a consumer sized for
+        the source's round trip (`clients.source_link`)."""
         states = self._partitions.states
+        if states:
+            sized = self._clients.sized_for_source_link(next(iter(states.values())).r.source_topic)
+            if sized is not None:
+                self._replace(sized)
         self.consumer.assign([TopicPartition(s.r.source_topic, s.r.partition, s.next) for s in states.values()])
         self._fetches.restart(self._partitions.positions(), time.monotonic())
 
@@ -115,12 +120,14 @@ class SourceReader:
                     "committed records past their positions (%s): replacing it (librdkafka #5153)", len(behind),
                     window, shown,
                     extra={"shard": self.shard, "event": "source_consumer_stalled", "partitions": len(behind)})
-        old = self.consumer
-        self.consumer = self._clients.new_source_consumer()
+        self._replace(self._clients.new_source_consumer())
         self._paused = []  # paused on the old consumer; the new one is given only unfinished partitions
         states = self._partitions.states
         self.consumer.assign([TopicPartition(t, p, st.next) for (t, p), st in states.items() if not st.done])
         self._fetches.restart(self._partitions.positions(), time.monotonic())
+
+    def _replace(self, consumer) -> None:
+        old, self.consumer = self.consumer, consumer
         # Closing waits on the old client's broker threads: not something the copy loop waits for.
         threading.Thread(target=old.close, daemon=True, name=f"close-consumer-{self.shard}").start()
 

@@ -117,6 +117,9 @@ class Clients:
     def new_source_consumer(self) -> Any:
         return self.consumer
 
+    def sized_for_source_link(self, topic: str) -> Any:
+        return None
+
     def group_reader(self) -> Any:
         return self.group
 
