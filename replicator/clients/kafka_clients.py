@@ -79,13 +79,18 @@ def source_peeker(cfg: ReplicatorConfig) -> Consumer:
 _PEEK_FETCH_BYTES = 1024 * 1024
 
 # The copy consumer's fetch and queue sizes where the source is a link away (`clients.source_link`):
-# beside the target at a 100 ms round trip, twice the sizes copied 259k and 279k rec/s against 237k and
-# 239k; on loopback they were slower (BENCHMARKS.md, "Running across regions").
+# beside the target at a 100 ms round trip, twice the sizes copied 15-20 % more; on loopback they were
+# slower (BENCHMARKS.md, "Running across regions"). A partition's part of a response is not bounded
+# below the response there: the broker cuts each partition's part at its bound in the middle of a
+# batch, and the client drops that partial batch and fetches it again. Reading 1 KiB lz4 records in
+# 1 MiB batches, the consumer received 9 % more bytes than the log held at 4 MiB per partition, 6 % at
+# 8 and 1 % at 32; across a link priced by bandwidth those are bytes paid for.
 _LINK_FETCH_SCALE = 2
 
 
 def _source_reader(cfg: ReplicatorConfig, across_a_link: bool = False) -> dict:
     scale = _LINK_FETCH_SCALE if across_a_link else 1
+    response = scale * 16 * 1024 * 1024
     return {
         # How long the broker holds a fetch that has nothing to return: arriving data (or a source
         # commit moving the last stable offset) answers it at once, so the wait sets only how often
@@ -103,10 +108,10 @@ def _source_reader(cfg: ReplicatorConfig, across_a_link: bool = False) -> dict:
         # responses and 20,000 records per partition instead of 64/16 MiB and 100,000, each shard
         # worker peaked at ~190 MiB instead of ~330 at the same throughput (docs/design.md,
         # "The data path"). 16 MiB of queue instead of 64 was faster and ~100 MiB lighter (queue A/B).
-        # Across a link, one fetch per round trip must carry what the copy needs in that time: see
-        # `_LINK_FETCH_SCALE`.
-        "fetch.max.bytes": scale * 16 * 1024 * 1024,
-        "max.partition.fetch.bytes": scale * 4 * 1024 * 1024,
+        # Across a link, one fetch per round trip must carry what the copy needs in that time, and
+        # no partition is bounded below the whole response: see `_LINK_FETCH_SCALE`.
+        "fetch.max.bytes": response,
+        "max.partition.fetch.bytes": response if across_a_link else 4 * 1024 * 1024,
         "queued.min.messages": 20_000,
         "queued.max.messages.kbytes": scale * 16 * 1024,
         # librdkafka postpones fetching a partition whose local queue is over its threshold by this

@@ -47,12 +47,12 @@ def test_the_quicker_of_two_round_trips_decides():
     assert not source_link.crosses_a_link(None)
 
 
-def test_a_link_doubles_the_fetch_and_queue_sizes_and_the_user_still_decides():
+def test_a_link_doubles_the_response_and_queue_and_unbounds_partitions_and_the_user_still_decides():
     sizes = ("fetch.max.bytes", "max.partition.fetch.bytes", "queued.max.messages.kbytes")
     near = kafka_clients._source_reader(ReplicatorConfig())
     far = kafka_clients._source_reader(ReplicatorConfig(), across_a_link=True)
-    assert [far[k] for k in sizes] == [2 * near[k] for k in sizes]
-    assert near["fetch.max.bytes"] == 16 * 1024 * 1024
+    assert [near[k] for k in sizes] == [16 * 1024 * 1024, 4 * 1024 * 1024, 16 * 1024]
+    assert [far[k] for k in sizes] == [32 * 1024 * 1024, 32 * 1024 * 1024, 32 * 1024]
     assert {k: v for k, v in far.items() if k not in sizes} == {k: v for k, v in near.items() if k not in sizes}
     tuned = ReplicatorConfig(source={"fetch.max.bytes": "1000000"})
     assert kafka_clients._source_reader(tuned, across_a_link=True)["fetch.max.bytes"] == "1000000"
