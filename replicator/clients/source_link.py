@@ -3,9 +3,10 @@
 A shard's consumer keeps one fetch in flight per source broker, of up to `fetch.max.bytes`, and
 stops fetching while `queued.max.messages.kbytes` wait in its queue: at most that much per round trip.
 Beside the source a round trip is a millisecond and 16 MiB is plenty; across a 100 ms round trip it
-held the copy to 69 % of its loopback rate, where twice the sizes copied 9-17 % more. On loopback the
-doubled sizes were 6-18 % slower (more memory to touch per fetch, as the queue A/B found), so the
-larger sizes are for a source a link away only (BENCHMARKS.md, "Running across regions").
+held the copy to 69 % of its loopback rate, and with the sizes `kafka_clients` uses across a link the
+copy kept 95 %. On loopback doubled sizes were 6-18 % slower (more memory to touch per fetch, as the
+queue A/B found), so the larger sizes are for a source a link away only (BENCHMARKS.md, "Running
+across regions").
 """
 
 from __future__ import annotations
