@@ -17,6 +17,22 @@ from replicator.engine.transaction_rhythm import TransactionRhythm
 from tests.unit.copier_fakes import Clients, partition_state
 
 
+class Clock:
+    """`source_link`'s clock: it moves only when a metadata request takes its time."""
+
+    now = 0.0
+
+    @classmethod
+    def monotonic(cls) -> float:
+        return cls.now
+
+
+@pytest.fixture(autouse=True)
+def clock(monkeypatch):
+    monkeypatch.setattr(Clock, "now", 0.0)
+    monkeypatch.setattr(source_link, "time", Clock)
+
+
 class Source:
     """A consumer whose metadata requests take `delays` seconds in turn (None: the source is down)."""
 
@@ -29,7 +45,7 @@ class Source:
         delay = self.delays.pop(0) if self.delays else 0.0
         if delay is None:
             raise KafkaException(KafkaError(KafkaError._TRANSPORT))
-        time.sleep(delay)
+        Clock.now += delay
 
     def assign(self, tps) -> None:
         self.assigned = tps
