@@ -52,7 +52,7 @@ def test_a_source_across_a_link_is_copied_exactly_with_the_larger_fetches(sandbo
         fetched = sum(proxy.bytes for proxy in link.proxies)
 
     judged = [r for r in caplog.records if getattr(r, "event", None) == "source_link"]
-    assert [r.crosses_a_link for r in judged] == [True] and 40 <= judged[0].round_trip_ms < 1000
+    assert [r.crosses_a_link for r in judged] == [True] and judged[0].round_trip_ms >= 40  # 25 ms each way
     assert stats.records == PARTITIONS * RECORDS
     assert fetched >= PARTITIONS * RECORDS * 512  # the records did cross the link
     assert assert_identical(far.bootstrap, far.bootstrap, topic, PARTITIONS, target_topic=copy) == PARTITIONS * RECORDS
