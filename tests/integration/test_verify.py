@@ -95,6 +95,24 @@ def test_verify_names_each_kind_of_damage(sandbox, unique, label, damage, expect
         assert totals["target_records"] == len(src)
 
 
+@pytest.mark.parametrize("codec", ["gzip", "snappy", "lz4", "zstd"])
+def test_verify_reads_topics_stored_in_every_codec(sandbox, unique, codec):
+    """Source and target batches stored compressed (the topics' compression.type), as production
+    topics often are: verify decodes each codec and still finds a single missing record."""
+    topic, name = f"verify-{codec}-{unique}", f"v-{codec}-{unique}"
+    src = source_records(40, codec)
+    create_topic(sandbox.source.bootstrap, topic, config={"compression.type": codec})
+    create_topic(sandbox.target.bootstrap, topic, config={"compression.type": codec})
+    produce_transactional(sandbox.source.bootstrap, topic, src, f"src-{name}", per_txn=20)
+    write_target(sandbox.target.bootstrap, topic, src[:9] + src[10:], f"__replicator.{name}", 42, 40, f"w-{name}")
+    code, report, err = run_verify(sandbox, topic, name, "--format", "json")
+    assert isinstance(report, dict), err[-2000:]
+    totals = report["totals"]
+    assert (totals["source_records"], totals["target_records"], totals["missing"]) == (40, 39, 1), report
+    assert (totals["duplicates"], totals["extra"], totals["reordered"]) == (0, 0, 0), report
+    assert code == 1 and report["partitions"][0]["first_divergence"] is not None
+
+
 def test_verify_reports_values_of_aborted_source_transactions(sandbox, unique, tmp_path):
     topic, name = f"verify-aborted-{unique}", f"v-aborted-{unique}"
     create_topic(sandbox.source.bootstrap, topic)
