@@ -243,8 +243,14 @@ class _Side:
         self.consumer.assign([tp])
         self.consumer.seek(tp, start)
         last_progress = time.monotonic()
+        from kafka.errors import KafkaError
+
         while True:
-            batch = self.consumer.poll(timeout_ms=500).get(tp, [])
+            try:
+                batch = self.consumer.poll(timeout_ms=500).get(tp, [])
+            except KafkaError as e:  # a batch failing its checksum or in a codec this install lacks
+                raise VerifyError(f"cannot read {self.role} {tp.topic}[{tp.partition}] at offset "
+                                  f"{self.consumer.position(tp)}: {e}") from None
             for r in batch:
                 if r.offset >= end:
                     return
