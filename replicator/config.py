@@ -18,6 +18,7 @@ import difflib
 import json
 import math
 import os
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -411,10 +412,21 @@ def read_file(path: str | Path) -> dict[str, Any]:
     try:
         data = yaml.safe_load(text) or {}
     except yaml.YAMLError as e:
-        raise ConfigError("config", f"{path} is not valid YAML ({e})") from None
+        raise ConfigError("config", f"{path} is not valid YAML ({_yaml_error_without_text(e)})") from None
     if not isinstance(data, dict):
         raise ConfigError("config", f"{path} must hold a map of options at top level")
     return {_normalise_key(str(k)): v for k, v in data.items()}
+
+
+def _yaml_error_without_text(e: yaml.YAMLError) -> str:
+    """What PyYAML found and where, without the snippet of the file its message quotes: the line
+    it quotes may hold a password."""
+    if not isinstance(e, yaml.MarkedYAMLError):
+        return type(e).__name__
+    what = "; ".join(x for x in (e.context, e.problem) if x) or "syntax error"
+    what = re.sub(r"'(?!<)[^']*'", "(hidden)", what)  # "found character '@'": a password's first character
+    mark = e.problem_mark or e.context_mark
+    return f"{what}, line {mark.line + 1}, column {mark.column + 1}" if mark else what
 
 
 def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:

@@ -109,6 +109,21 @@ def test_invalid_config_files(tmp_path, text, phrase):
     assert e.value.key == "config" and phrase in str(e.value)
 
 
+@pytest.mark.parametrize("line", [
+    "sasl.password: @S3cr3t-pw", "sasl.password: `S3cr3t-pw", 'sasl.password: "S3cr3t-pw"x',
+    "sasl.password: S3cr3t-pw: more", "sasl.password: 'S3cr3t-pw",
+])
+def test_a_config_file_that_is_not_yaml_is_refused_without_quoting_its_lines(tmp_path, line):
+    """PyYAML's message quotes the offending line, which may hold a password."""
+    path = tmp_path / "replicator.yaml"
+    path.write_text(f"source:\n  {line}\n")
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=path, environ={})
+    msg = str(e.value)
+    assert "not valid YAML" in msg and ("line 2," in msg or "line 3," in msg), msg
+    assert "S3cr3t" not in msg and "@" not in msg and "`" not in msg, msg
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError) as e:
         load(_flags({}), config_file=tmp_path / "absent.yaml", environ={})
