@@ -29,7 +29,8 @@ def schemas() -> None:
 
 @schemas.command("sync")
 @click.option("--from", "source", required=True, metavar="URL", callback=registry_option,
-              help="Confluent-API base URL of the registry of the cluster being replicated from.")
+              help="Confluent-API base URL of the registry of the cluster being replicated from "
+                   "(user:password@ for basic auth; ${env:NAME} or ${file:PATH} to read the URL from there).")
 @click.option("--to", "target", required=True, metavar="URL", callback=registry_option,
               help="... of the registry the target cluster's consumers use (kept read-only for everyone else).")
 @click.option("--interval", type=click.FloatRange(min=0.1), metavar="SECONDS",

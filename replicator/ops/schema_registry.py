@@ -45,9 +45,20 @@ class Registry:
 
     def __init__(self, url: str, timeout: float = 15.0) -> None:
         parts = urllib.parse.urlsplit(url.rstrip("/"))
+        if "@" in parts.path + parts.query + parts.fragment:
+            # The user info ended early, at a '/', '?' or '#' of the password: what looks like the
+            # host and path is part of it.
+            raise RegistryError(f"schema registry URL {_redact(url)!r}: a '/', '?', '#' or '@' in its user name or "
+                                "password must be percent-encoded (%2F, %3F, %23, %40)")
+        try:
+            port = parts.port
+        except ValueError:
+            port = None
+            parts = parts._replace(netloc="")
         if parts.scheme not in ("http", "https") or not parts.hostname:
-            raise RegistryError(f"schema registry URL must be http(s)://host[:port][/path], got {_redact(url)!r}")
-        netloc = parts.hostname + (f":{parts.port}" if parts.port else "")
+            raise RegistryError(f"schema registry URL must be http(s)://[user:password@]host[:port][/path] with a "
+                                f"port of 1-65535, got {_redact(url)!r}")
+        netloc = parts.hostname + (f":{port}" if port else "")
         self.url = urllib.parse.urlunsplit((parts.scheme, netloc, parts.path, "", ""))
         self._auth = None
         if parts.username is not None:
@@ -247,9 +258,12 @@ def registry_option(_ctx, param, value: str | None) -> Registry | None:
     """click callback: a registry URL option as a Registry; a malformed URL is a usage error (exit 2)."""
     import click
 
+    from replicator.secret_refs import SecretReferenceError, resolve_value
+
     try:
-        return Registry(value) if value else None
-    except RegistryError as e:
+        # ${env:NAME} or ${file:/path}: a URL with credentials kept out of the command line (ps, the pod spec).
+        return Registry(resolve_value(param.opts[0], value)) if value else None
+    except (RegistryError, SecretReferenceError) as e:
         raise click.BadParameter(str(e), param=param) from None
 
 
@@ -266,7 +280,9 @@ def _canonical(schema: str) -> str:
 
 
 def _redact(url: str) -> str:
-    parts = urllib.parse.urlsplit(url)
-    if parts.password is None and parts.username is None:
+    """The URL with everything between its scheme and its last '@' hidden: wherever a malformed URL
+    makes a parser end the user info, the password is before that '@'."""
+    scheme, sep, rest = url.partition("://")
+    if not sep or "@" not in rest:
         return url
-    return urllib.parse.urlunsplit((parts.scheme, parts.hostname or "", parts.path, "", ""))
+    return f"{scheme}://***@{rest.rpartition('@')[2]}"

@@ -137,7 +137,34 @@ def test_registry_url_credentials_become_basic_auth_and_are_never_shown():
     assert r.url == "https://registry.example:8443/base" and "s3cret" not in repr(vars(r)["url"])
     with pytest.raises(RegistryError) as e:
         Registry("registry:8081")
-    assert "http(s)://host" in str(e.value)
+    assert "http(s)://[user:password@]host" in str(e.value)
     with pytest.raises(RegistryError) as e:
         Registry("ftp://u:s3cret@h/x")
     assert "s3cret" not in str(e.value)
+
+
+@pytest.mark.parametrize("url", [
+    "http://alice:S3cr3t/pw@registry:8081", "http://alice:12345/S3cr3tpw@registry:8081",
+    "http://alice:S3cr3t#pw@registry:8081", "http://alice:S3cr3t?pw@registry:8081",
+    "http://alice:S3cr3tpw@registry:99999", "http://alice:S3cr3tpw@registry:port",
+])
+def test_a_malformed_registry_url_with_credentials_is_refused_without_showing_them(url):
+    """A '/', '#' or '?' in an unencoded password ends the user info early: the rest looked like a
+    host and path, and was shown (or a traceback quoted it)."""
+    with pytest.raises(RegistryError) as e:
+        Registry(url)
+    assert "S3cr3t" not in str(e.value) and "://***@registry" in str(e.value), str(e.value)
+
+
+def test_a_registry_url_option_takes_an_env_or_file_reference(monkeypatch, tmp_path):
+    import click
+
+    from replicator.ops.schema_registry import registry_option
+
+    param = click.Option(["--to", "target"])
+    monkeypatch.setenv("DR_REGISTRY", "https://svc:s3cret@dr:8081")
+    assert registry_option(None, param, "${env:DR_REGISTRY}").url == "https://dr:8081"
+    (tmp_path / "url").write_text("http://u:pw@dr2:8081\n")
+    assert registry_option(None, param, f"${{file:{tmp_path / 'url'}}}").url == "http://dr2:8081"
+    with pytest.raises(click.BadParameter, match="--to: environment variable UNSET_REGISTRY is not set"):
+        registry_option(None, param, "${env:UNSET_REGISTRY}")
