@@ -28,12 +28,12 @@ import yaml
 
 from replicator import config_checks as accepts
 from replicator import names, secret_refs
-from replicator.config_checks import Check, ConfigError
+from replicator.config_checks import SECRET_HINTS, Check, ConfigError, is_secret
 
-__all__ = ["ConfigError", "ENV_PREFIX", "OPTIONS", "Option", "ReplicatorConfig", "TABLE", "is_secret", "load"]
+__all__ = ["ConfigError", "ENV_PREFIX", "OPTIONS", "Option", "ReplicatorConfig", "SECRET_HINTS", "TABLE", "is_secret",
+           "load"]
 
 ENV_PREFIX = "REPLICATOR_"
-SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
 # The brokers' default transaction.max.timeout.ms: a producer asking for more is refused at init_transactions().
 _MAX_TRANSACTION_TIMEOUT_MS = 900_000
 
@@ -47,11 +47,6 @@ OBSERVABILITY = "Observability"
 # Which commands take an option as a command-line flag.
 CONNECTION = "every command"  # every command that talks to a replication's clusters
 RUN = "run"
-
-
-def is_secret(key: str) -> bool:
-    k = key.lower()
-    return any(h in k for h in SECRET_HINTS)
 
 
 def _cpu_count() -> int:

@@ -15,6 +15,13 @@ from replicator import secret_refs
 
 Check = Callable[[str, Any], Any]
 
+SECRET_HINTS = ("password", "secret", "token", "jaas", "key.pem", "keystore.key", "private")
+
+
+def is_secret(key: str) -> bool:
+    k = key.lower()
+    return any(h in k for h in SECRET_HINTS)
+
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
@@ -97,9 +104,20 @@ def choice(*allowed: str) -> Check:
     return check
 
 
+def _text(key: str, value: Any) -> str:
+    """`value` as text; a YAML null, boolean, map or list is refused rather than turned into 'None',
+    'True' or its Python repr (an empty `groups:` line became the regex 'None' and synced nothing)."""
+    if value is None or isinstance(value, (bool, Mapping, list, tuple)):
+        got = ("nothing (an empty value in the file)" if value is None else
+               "true/false (quote it)" if isinstance(value, bool) else
+               "a map" if isinstance(value, Mapping) else "a list")
+        raise ConfigError(key, f"expected text, got {got}; leave the option out to keep its default")
+    return str(value)
+
+
 def listen_host(key: str, value: Any) -> str:
     """a host name or IP address to listen on"""
-    text = str(value).strip()
+    text = _text(key, value).strip()
     if not re.match(r"^[A-Za-z0-9.\-:]+$", text):
         raise ConfigError(key, f"expected a host name or IP address to listen on, got {text!r}")
     return text
@@ -107,7 +125,7 @@ def listen_host(key: str, value: Any) -> str:
 
 def bootstrap_servers(key: str, value: Any) -> str:
     """a comma-separated list of host:port"""
-    text = str(value).strip()
+    text = _text(key, value).strip()
     if not text:
         raise ConfigError(key, "required: a comma-separated list of host:port")
     if not _BOOTSTRAP.match(text):
@@ -120,7 +138,7 @@ def bootstrap_servers(key: str, value: Any) -> str:
 
 
 def _regex(key: str, value: Any) -> str:
-    text = str(value)
+    text = _text(key, value)
     if not text:
         raise ConfigError(key, "required: a regular expression matching source topic names")
     try:
@@ -141,6 +159,8 @@ def include_regex(key: str, value: Any) -> str:
 
 def regex_list(key: str, value: Any) -> tuple[str, ...]:
     """regular expressions: a YAML list, or comma-separated in the environment and on the command line"""
+    if value is not None and not isinstance(value, (str, list, tuple)):
+        raise ConfigError(key, "expected regular expressions: a YAML list, or comma-separated text")
     items = [v.strip() for v in value.split(",")] if isinstance(value, str) else list(value or [])
     for item in items:
         if not isinstance(item, str):
@@ -163,7 +183,7 @@ def boolean(key: str, value: Any) -> bool:
 
 def job_name(key: str, value: Any) -> str:
     """1-100 letters, digits, '.', '_' or '-', starting with a letter or digit"""
-    text = str(value)
+    text = _text(key, value)
     if not _NAME.match(text):
         raise ConfigError(key, "expected 1-100 characters of letters, digits, '.', '_' or '-', "
                                f"starting with a letter or digit; got {text!r}")
@@ -173,7 +193,7 @@ def job_name(key: str, value: Any) -> str:
 def alias(key: str, value: Any) -> str:
     """letters, digits, '_' or '-' (no '.')"""
     # No '.': it separates the alias from the topic in prefix-policy names (`alias.topic`).
-    text = str(value)
+    text = _text(key, value)
     if not re.match(r"^[A-Za-z0-9][A-Za-z0-9_\-]{0,99}$", text):
         raise ConfigError(key, f"expected letters, digits, '_' or '-' (no '.'), got {text!r}")
     return text
@@ -181,7 +201,7 @@ def alias(key: str, value: Any) -> str:
 
 def group_id(key: str, value: Any) -> str:
     """up to 249 letters, digits, '.', '_' or '-'"""
-    text = str(value)
+    text = _text(key, value)
     if text and (len(text) > 249 or not re.match(r"^[A-Za-z0-9._\-]+$", text)):
         raise ConfigError(key, "expected up to 249 characters of letters, digits, '.', '_' or '-'")
     return text
@@ -189,7 +209,7 @@ def group_id(key: str, value: Any) -> str:
 
 def spark_master(key: str, value: Any) -> str:
     """a Spark master URL: local, local[N], local[N,F], local[*], spark://host:port, k8s://..., yarn"""
-    text = str(value)
+    text = _text(key, value)
     if text and not _MASTER.match(text):
         raise ConfigError(key, "expected a Spark master URL: local, local[N], local[N,F], local[*], "
                                f"spark://host:port, k8s://..., yarn; got {text!r}")
@@ -213,6 +233,13 @@ def client_properties(section: str) -> Check:
                 raise ConfigError(f"{key}.{k}", f"use '{section}_bootstrap_servers' instead")
             if isinstance(v, (dict, list)):
                 raise ConfigError(f"{key}.{k}", "expected a scalar value")
+            if v is None:
+                raise ConfigError(f"{key}.{k}", "no value: give one, or leave the property out")
+            if is_secret(k) and not isinstance(v, str):
+                # YAML reads an unquoted 0777 as 511 and 12:34:56 as 45296: the client would send those.
+                raise ConfigError(f"{key}.{k}", "expected text: quote the value in the file (unquoted, YAML reads "
+                                                "forms such as 007, 1.50 or 10:30 as numbers and changes them); the "
+                                                "value is not shown")
             out[k] = str(v).lower() if isinstance(v, bool) else str(v)
             # A misspelt security setting otherwise surfaces only as an opaque connection failure.
             allowed = _CLIENT_CHOICES.get(k)
@@ -240,7 +267,7 @@ def spark_properties(key: str, value: Any) -> dict[str, str]:
 
 def cache_directory(key: str, value: Any) -> str:
     """`auto`, an absolute directory (or ~/...) or `off`"""
-    text = str(value).strip()
+    text = _text(key, value).strip()
     if text not in ("auto", "off") and not (text.startswith("/") or text.startswith("~")):
         raise ConfigError(key, "expected 'auto', an absolute directory (or ~/...) or 'off'")
     return text
@@ -257,7 +284,7 @@ def shutdown_timeout(key: str, value: Any) -> float:
 
 def cluster_id(key: str, value: Any) -> str:
     """a Kafka cluster id (letters, digits, `_` and `-`), or empty"""
-    text = str(value).strip()
+    text = _text(key, value).strip()
     if text and not re.match(r"^[A-Za-z0-9_\-]{1,64}$", text):
         raise ConfigError(key, f"expected a Kafka cluster id (letters, digits, '_' and '-', as the job's refusal "
                                f"prints it), got {text!r}")

@@ -124,6 +124,45 @@ def test_a_config_file_that_is_not_yaml_is_refused_without_quoting_its_lines(tmp
     assert "S3cr3t" not in msg and "@" not in msg and "`" not in msg, msg
 
 
+@pytest.mark.parametrize("text, key, phrase", [
+    ("groups:\n", "groups", "expected text, got nothing"),
+    ("name: ~\n", "name", "expected text, got nothing"),
+    ("source_alias: on\n", "source_alias", "got true/false"),
+    ("target_alias: {orders: 1}\n", "target_alias", "got a map"),
+    ("config_sync_exclude: {a: 1}\n", "config_sync_exclude", "a YAML list, or comma-separated"),
+    ("offsets_group: [a, b]\n", "offsets_group", "got a list"),
+    ("metrics_host:\n", "metrics_host", "expected text"),
+    ("topics_exclude: 5\n", "topics_exclude", "a YAML list, or comma-separated"),
+    ("groups_exclude: true\n", "groups_exclude", "a YAML list, or comma-separated"),
+    ("source: {client.id: }\n", "source.client.id", "no value"),
+])
+def test_a_yaml_value_of_the_wrong_kind_is_refused_not_turned_into_text(tmp_path, text, key, phrase):
+    """An empty `groups:` line was the regex 'None' (no group ever synced); `topics_exclude: 5` a traceback."""
+    path = tmp_path / "replicator.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=path, environ={})
+    assert e.value.key == key and phrase in str(e.value), str(e.value)
+
+
+@pytest.mark.parametrize("value", ["0777", "12:34:56", "1.10", "123456", "true"])
+def test_an_unquoted_password_yaml_would_read_as_a_number_is_refused_unshown(tmp_path, value):
+    path = tmp_path / "replicator.yaml"
+    path.write_text(f"source:\n  sasl.password: {value}\ntarget:\n  sasl.password: '{value}'\n")
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=path, environ={})
+    assert e.value.key == "source.sasl.password" and "quote the value" in str(e.value)
+    assert value not in str(e.value) and str(yaml_number(value)) not in str(e.value)
+    path.write_text(f"source:\n  sasl.password: '{value}'\n")
+    assert load(_flags({}), config_file=path, environ={}).source["sasl.password"] == value
+
+
+def yaml_number(text: str):
+    import yaml
+
+    return yaml.safe_load(text)
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError) as e:
         load(_flags({}), config_file=tmp_path / "absent.yaml", environ={})
