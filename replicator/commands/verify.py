@@ -215,6 +215,19 @@ class _Side:
     def cluster_id(self) -> str:
         return self.admin.describe_cluster().get("cluster_id") or ""
 
+    def compacted(self, names: Iterable[str]) -> set[str]:
+        """Those of `names` whose cleanup.policy includes compact."""
+        from kafka.admin import ConfigResource, ConfigResourceType
+
+        names = sorted(set(names) & set(self.topics))
+        if not names:
+            return set()
+        found = self.admin.describe_configs(
+            [ConfigResource(ConfigResourceType.TOPIC, n, {"cleanup.policy": None}) for n in names],
+            config_filter="all").get("topic", {})
+        return {n for n, configs in found.items()
+                if "compact" in ((configs.get("cleanup.policy") or {}).get("value") or "")}
+
     def _describe_topics(self) -> dict[str, int]:
         meta = self.admin.describe_topics()
         return {t["name"]: len(t["partitions"]) for t in meta if not t.get("error_code")}
@@ -328,6 +341,30 @@ def classify(source: array, target: array) -> dict[str, int]:
     return {"missing": missing, "duplicates": duplicates, "extra": extra, "reordered": reordered}
 
 
+def compare_latest(source: Iterable[tuple[int, int | None]], target: Iterable[tuple[int, int | None]],
+                   source_later: set[int], target_later: set[int]) -> dict[str, int]:
+    """Counts for a compacted partition, whose two logs each keep only part of what was written, on
+    their own cleaners' schedules: only each key's latest record can be compared. `source`, `target`:
+    (key digest, record digest, None for a tombstone) in log order over the compared ranges;
+    `*_later`: key digests written past the range on that side.
+
+    A cleaner removes a key's record only behind a later one of the same key, and all of the key's
+    older records with it. So a key absent on one side is explained only by a later record of it
+    past the range on that side (compacted, then that record not replicated yet or not compared),
+    and two different latest records never are. A tombstone counts as absent: each side drops its
+    tombstones after its own delete.retention.ms."""
+    def latest(records: Iterable[tuple[int, int | None]]) -> dict[int, int]:
+        state: dict[int, int | None] = {}
+        for key, record in records:
+            state[key] = record
+        return {k: d for k, d in state.items() if d is not None}
+
+    s, t = latest(source), latest(target)
+    missing = sum(1 for k, d in s.items() if (t[k] != d if k in t else k not in target_later))
+    extra = sum(1 for k, d in t.items() if (s[k] != d if k in s else k not in source_later))
+    return {"missing": missing, "duplicates": 0, "extra": extra, "reordered": 0}
+
+
 _NO_PAIR = 1 << 62  # a group entry without our metadata: the whole committed target counts as copied
 
 
@@ -437,6 +474,8 @@ class Auditor:
                    max(0, p.target_bound - p.target_start) for p in report.partitions if p.committed >= 0)
         work += sum(max(0, b - a) for a, b in map(tail, report.partitions))
         seen_acked: set[int] = set()
+        compacted = (source.compacted(p.source_topic for p in report.partitions),
+                     target.compacted(p.target_topic for p in report.partitions))
         with click.progressbar(length=max(work, 1), label="verifying", file=sys.stderr,
                                hidden=not self.progress) as bar:
             for p in report.partitions:
@@ -450,7 +489,8 @@ class Auditor:
                 dst = (target, dtp, p.target_start, bound)
                 if source_starts[stp] > 0:
                     p.note = f"source log starts at {source_starts[stp]} (retention): compared from there"
-                self._compare(p, src, dst, bar.update, seen_acked, foreign)
+                self._compare(p, src, dst, bar.update, seen_acked, foreign,
+                              p.source_topic in compacted[0] or p.target_topic in compacted[1])
         if self.truth is not None and self.truth.acked:
             caught_up = all(p.committed >= p.source_end for p in report.partitions)
             report.lost_acked = len(self.truth.acked - seen_acked) if caught_up else None
@@ -469,8 +509,9 @@ class Auditor:
         return found
 
     def _compare(self, p: PartitionReport, src: tuple, dst: tuple, tick, seen_acked: set[int],
-                 foreign: Counter) -> None:
-        """One streaming pass in lockstep; a second pass into digest arrays only on divergence."""
+                 foreign: Counter, compacted: bool = False) -> None:
+        """One streaming pass in lockstep; a second pass into digest arrays only on divergence (into
+        each key's latest record where a side is compacted, see `compare_latest`)."""
         aborted = self.truth.aborted if self.truth else set()
         acked = self.truth.acked if self.truth else set()
         src_side, stp, s0, s1 = src
@@ -498,7 +539,23 @@ class Auditor:
                 p.first_divergence = {"source_offset": a.offset if a else None,
                                       "target_offset": b.offset if b else None}
         p.foreign_copies = sum(foreign[d] for d in copied)
-        if diverged:
+        if diverged and compacted:
+            def keyed(side, tp, start, end):
+                return ((value_digest(r.key), None if r.value is None else _record_digest(r))
+                        for r in side.read(tp, start, end))
+
+            def later(side, tp, start):
+                return {value_digest(r.key) for r in side.read(tp, start, side.offsets([tp], committed=True)[tp])}
+
+            found = compare_latest(keyed(src_side, stp, s0, s1), keyed(dst_side, dtp, t0, t1),
+                                   later(src_side, stp, s1), later(dst_side, dtp, t1))
+            for k, v in found.items():
+                setattr(p, k, v)
+            if not any(found.values()):
+                p.first_divergence = None  # where the logs first differ says nothing of a compacted one
+            p.note = ("compacted: the logs differ record by record (each side's cleaner runs on its own), so each "
+                      "key's latest record was compared" + (f"; {p.note}" if p.note else ""))
+        elif diverged:
             s_digests = array("Q", (_record_digest(r) for r in src_side.read(stp, s0, s1)))
             t_digests = array("Q", (_record_digest(r) for r in dst_side.read(dtp, t0, t1)))
             for k, v in classify(s_digests, t_digests).items():

@@ -113,6 +113,29 @@ def test_verify_reads_topics_stored_in_every_codec(sandbox, unique, codec):
     assert code == 1 and report["partitions"][0]["first_divergence"] is not None
 
 
+@pytest.mark.parametrize("label, lose, missing", [("compacted", None, 0), ("compactedlost", "k3", 1)])
+def test_verify_compares_each_keys_latest_record_of_compacted_topics(sandbox, unique, label, lose, missing):
+    """The target's cleaner kept each key's latest record only (written that way here: the cleaner's
+    schedule is its own); verify judges the keys' latest records, and still finds one that is gone."""
+    topic, name = f"verify-{label}-{unique}", f"v-{label}-{unique}"
+    now = int(time.time() * 1000) - 60_000
+    src = [(0, f"k{i % 10}".encode(), f"{label}-{i}".encode(), [("seq", str(i).encode())], now + i)
+           for i in range(40)]
+    compact = {"cleanup.policy": "compact"}
+    create_topic(sandbox.source.bootstrap, topic, config=compact)
+    create_topic(sandbox.target.bootstrap, topic, config=compact)
+    produce_transactional(sandbox.source.bootstrap, topic, src, f"src-{name}", per_txn=20)
+    cleaned = [r for r in src[30:] if r[1] != (lose or "").encode()]
+    write_target(sandbox.target.bootstrap, topic, cleaned, f"__replicator.{name}", 42, 40, f"w-{name}")
+    code, report, err = run_verify(sandbox, topic, name, "--format", "json")
+    assert isinstance(report, dict), err[-2000:]
+    part, totals = report["partitions"][0], report["totals"]
+    assert (totals["source_records"], totals["target_records"]) == (40, len(cleaned)), report
+    assert (totals["missing"], totals["duplicates"], totals["extra"]) == (missing, 0, 0), report
+    assert part["note"].startswith("compacted"), part
+    assert (code, report["ok"]) == ((1, False) if missing else (0, True)), report
+
+
 def test_verify_reports_values_of_aborted_source_transactions(sandbox, unique, tmp_path):
     topic, name = f"verify-aborted-{unique}", f"v-aborted-{unique}"
     create_topic(sandbox.source.bootstrap, topic)
