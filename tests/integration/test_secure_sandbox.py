@@ -60,3 +60,31 @@ def test_status_prints_client_properties_without_secrets(secure_sandbox):
     status = json.loads(subprocess.run([str(BIN), "sandbox", "status", "--format", "json"], capture_output=True,
                                        text=True, env=env, check=True).stdout)
     assert status["target"]["client_properties"]["sasl.password"].startswith("${file:")
+
+
+def test_kafka_python_clients_trust_a_broker_as_librdkafka_is_told_to(secure_sandbox):
+    """`ssl.endpoint.identification.algorithm: none` and `enable.ssl.certificate.verification: false`
+    reach kafka-python's clients (lag, fencing, verify) too: they failed the handshake `run` passed."""
+    from kafka import KafkaAdminClient
+    from kafka.errors import KafkaError
+
+    from replicator.clients.kafka_python_clients import client_settings
+
+    props = secure_sandbox.client_properties("target", "admin")
+    assert props.get("ssl.ca.location")
+    # The broker's certificate names 127.0.0.1 only; without a CA nothing verifies it.
+    by_name = secure_sandbox.target.bootstrap.replace("127.0.0.1", "localhost")
+    no_ca = {k: v for k, v in props.items() if k != "ssl.ca.location"}
+    cases = [(props, by_name, {"ssl.endpoint.identification.algorithm": "none"}),
+             (no_ca, secure_sandbox.target.bootstrap, {"enable.ssl.certificate.verification": "false"})]
+    for base, bootstrap, trust in cases:
+        try:
+            KafkaAdminClient(**client_settings(base, bootstrap), bootstrap_timeout_ms=5000).close()
+            raise AssertionError(f"{bootstrap} passed the TLS checks without {trust}")
+        except KafkaError:
+            pass
+        admin = KafkaAdminClient(**client_settings({**base, **trust}, bootstrap))
+        try:
+            assert admin.describe_cluster().get("cluster_id"), trust
+        finally:
+            admin.close()
