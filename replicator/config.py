@@ -114,7 +114,12 @@ class ReplicatorConfig:
         "copies and the job's offsets, and is the only source of truth.", flag_for=CONNECTION, required=True)
     source: Mapping[str, str] = option(
         {}, accepts.client_properties("source"), CLUSTERS, "librdkafka properties of the source clients (TLS, SASL, "
-        "tuning). `REPLICATOR_SOURCE__SASL_PASSWORD=...` sets `sasl.password` (`_` for each `.`).",
+        "tuning). `REPLICATOR_SOURCE__SASL_PASSWORD=...` sets `sasl.password` (`_` for each `.`). The lag "
+        "lookup, fencing and `verify` use kafka-python, which takes only the connection properties: "
+        "`security.protocol`, `sasl.mechanism(s)`, `sasl.username`, `sasl.password`, `sasl.kerberos.service.name`, "
+        "`ssl.ca.location`, `ssl.certificate.location`, `ssl.key.location`, `ssl.key.password`, `ssl.crl.location`, "
+        "`ssl.endpoint.identification.algorithm`, `enable.ssl.certificate.verification` and `client.id`; give TLS "
+        "material as files, not `ssl.*.pem`.",
         env="properties", secret=True)
     target: Mapping[str, str] = option(
         {}, accepts.client_properties("target"), CLUSTERS, "librdkafka properties of the target clients; "
