@@ -133,6 +133,18 @@ def _fence_and_mark(cfg, kind: str):
     return fenced, marker
 
 
+def _ends(lags) -> dict[tuple[str, int], int]:
+    return {(x.source_topic, x.partition): x.source_end for x in lags}
+
+
+def _consuming_on_source(source, groups: list[str]) -> list[str]:
+    """Those of `groups` with members on the source: consumers still running there."""
+    if not groups:
+        return []
+    futures = source.describe_consumer_groups(groups, request_timeout=30)
+    return sorted(g for g, f in futures.items() if f.result().members)
+
+
 def _mappings_from_group(cfg, target_cluster: str | None = None):
     """The replicated partitions as the fake group on the target knows them (the source is gone).
     RuntimeError when the group holds none: a mistyped --name must not "fail over" a job that never
@@ -221,23 +233,34 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
     lag_reader = None
     try:
         clusters, where = _clusters(cfg)
+        _mappings_from_group(cfg, clusters["target"]["cluster_id"])  # a mistyped --name writes nothing
         source = kafka_clients.source_admin(cfg)
         lag_reader = LagReader(cfg)
         sync = GroupSync(cfg)
-        deadline, statuses, lags, stable = time.monotonic() + timeout, [], [], 0
+        deadline, statuses, lags, stable, ends = time.monotonic() + timeout, [], [], 0, None
         while True:
             mappings = topic_sync.mappings_for(cfg, topic_sync.discover(cfg, source))
             lags = lag_reader.lags(mappings)
             statuses = sync.run_once()
-            caught_up = all(x.records == 0 for x in lags) and all(s.ahead == 0 for s in statuses)
-            stable = stable + 1 if caught_up else 0
-            if stable >= 2:  # twice in a row: the producers have stopped
+            # Caught up is not enough: a replication that keeps up with a trickle reads lag 0 while
+            # its producers still write, and the records after the fence are lost. Nor may a
+            # group still consume on the source: its offsets move on after the final sync.
+            moved, previous = ends is not None and _ends(lags) != ends, ends
+            ends = _ends(lags)
+            consuming = _consuming_on_source(source, [s.group for s in statuses])
+            caught_up = (all(x.records == 0 for x in lags) and all(s.ahead == 0 for s in statuses)
+                         and not moved and not consuming)
+            stable = stable + 1 if caught_up and previous is not None else 0
+            if stable >= 2:  # three reads a sync interval apart, nothing written or consumed since the first
                 break
             if time.monotonic() > deadline:
                 behind = sum(x.records for x in lags)
                 click.echo(f"error: not caught up after {timeout:.0f}s: {behind} offsets still to copy, "
-                           f"{sum(s.ahead for s in statuses)} group offsets ahead; are the producers stopped "
-                           f"and is `replicator run` running?", err=True)
+                           f"{sum(s.ahead for s in statuses)} group offsets ahead"
+                           + ("; the source's end offsets still move: stop its producers" if moved else "")
+                           + (f"; groups still consuming on the source: {', '.join(consuming)} (stop their "
+                              "consumers)" if consuming else "")
+                           + "; is `replicator run` running? Nothing was fenced or written", err=True)
                 sys.exit(TIMEOUT)
             time.sleep(min(2.0, cfg.group_sync_interval_seconds))
         fenced, marker = _fence_and_mark(cfg, "switchover")

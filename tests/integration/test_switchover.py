@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import time
 from pathlib import Path
 
 from replicator.sandbox import Sandbox
@@ -85,3 +86,69 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
         assert job.sigterm() == 0
     after = read_all(a, topic, PARTITIONS)
     assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records
+
+
+def _marker_written(bootstrap: str, name: str) -> bool:
+    from confluent_kafka.admin import AdminClient
+
+    from replicator.names import marker_topic
+
+    return marker_topic(name) in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
+
+
+def test_switchover_waits_while_the_source_is_still_written_or_consumed(sandbox: Sandbox, unique: str,
+                                                                       tmp_path: Path):
+    """A planned switchover promotes only a quiet source: a replication that keeps up with a trickle
+    reads lag 0 while its producers still write (their records after the fence were lost), and a
+    consumer still running on the source moves its group past the final sync (duplicates on the
+    target). Both time out with nothing fenced or written; a mistyped --name is refused at once."""
+    import threading
+
+    from confluent_kafka import Consumer, Producer
+
+    from tests.engine_checks import feeding
+
+    a, b = sandbox.source.bootstrap, sandbox.target.bootstrap
+    topic, name, group = f"swq-{unique}", f"swq-{unique}", f"swq-{unique}-app"
+    create_topic(a, topic, PARTITIONS)
+    produce_transactional(a, topic, _records(200), f"s-{unique}")
+    conn = ["--source-bootstrap-servers", a, "--target-bootstrap-servers", b, "--topics", topic]
+    env = {"REPLICATOR_GROUP_SYNC_INTERVAL_SECONDS": "1", "REPLICATOR_GROUPS": f"swq-{unique}-.*"}
+
+    typo = _cli("switchover", *conn, "--name", f"{name}-typo", "--timeout", "600")
+    assert typo.returncode == 1 and "holds no offsets" in typo.stderr, typo.stdout + typo.stderr
+    assert f"__replicator.{name}-typo.checkpoints" not in _topics(b)
+
+    def trickle(stop: threading.Event) -> None:
+        producer, i = Producer({"bootstrap.servers": a}), 0
+        while not stop.wait(0.2):
+            producer.produce(topic, f"t{i}".encode(), partition=i % PARTITIONS)
+            producer.poll(0)
+            i += 1
+        producer.flush(30)
+
+    def consume(stop: threading.Event) -> None:
+        consumer = Consumer({"bootstrap.servers": a, "group.id": group, "auto.offset.reset": "earliest"})
+        consumer.subscribe([topic])
+        while not stop.is_set():
+            consumer.poll(0.2)
+        consumer.close()
+
+    with ReplicatorProcess(sandbox, topic, name, tmp_path / "job.log", "--shards", "1", env=env) as job:
+        wait_until(lambda: "progress:" in job.log(), 300, "the job", job)
+        for feed, phrase in ((trickle, "the source's end offsets still move"),
+                             (consume, f"groups still consuming on the source: {group}")):
+            with feeding(feed):
+                time.sleep(5)  # the job copies the trickle / the consumer joins and commits
+                out = _cli("switchover", *conn, "--name", name, "--timeout", "20")
+            assert out.returncode == 4 and phrase in out.stderr, out.stdout + out.stderr
+            assert not _marker_written(b, name)
+        out = _cli("switchover", *conn, "--name", name, "--timeout", "300")
+        assert out.returncode == 0 and "zero loss" in out.stdout, out.stdout + out.stderr
+        assert job.wait(120) == 0
+
+
+def _topics(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
