@@ -83,9 +83,28 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
                 next_record_view(a, topic, p, committed_offsets(a, group, topic, PARTITIONS)[p])
                 == next_record_view(b, topic, p, x_b[p]) for p in range(PARTITIONS))
         wait_until(back, 300, "the reverse copy and group translation", job, interval=2)
+        after = read_all(a, topic, PARTITIONS)
+        assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records
+        # Back to the old source as primary: the reverse job's own switchover, which stops it.
+        out = _cli("switchover", *rev_conn, "--format", "json", "--timeout", "600")
+        assert out.returncode == 0 and json.loads(out.stdout)["lost_partitions"] == 0, out.stdout + out.stderr
+        assert job.wait(120) == 0
+
+    # And the original direction again: a failback of the reverse job, under a new name (the first
+    # job's offsets group predates the reverse copy). It copies only what the old source got since.
+    fwd2 = f"sw2-{unique}"
+    fwd2_conn = ["--source-bootstrap-servers", a, "--target-bootstrap-servers", b, "--topics", topic, "--name", fwd2]
+    b_before = {p: len(v) for p, v in read_all(b, topic, PARTITIONS).items()}
+    out = _cli("failback", *fwd2_conn, "--forward-name", rev, "--format", "json")
+    assert out.returncode == 0, out.stdout + out.stderr
+    produce_transactional(a, topic, _records(100, start=90_000), f"m-{unique}", per_txn=25)
+    a_ends = end_offsets(a, topic, PARTITIONS)
+    with ReplicatorProcess(sandbox, topic, fwd2, tmp_path / "fwd2.log", "--shards", "1") as job:
+        wait_until(lambda: committed_offsets(b, f"__replicator.{fwd2}", topic, PARTITIONS) == a_ends, 300,
+                   "the third leg's copy", job, interval=2)
         assert job.sigterm() == 0
-    after = read_all(a, topic, PARTITIONS)
-    assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records
+    b_after = read_all(b, topic, PARTITIONS)
+    assert sum(len(b_after[p]) - b_before[p] for p in range(PARTITIONS)) == 100  # nothing copied twice
 
 
 def _marker_written(bootstrap: str, name: str) -> bool:
