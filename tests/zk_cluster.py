@@ -91,7 +91,7 @@ class ZooKeeperKafkaCluster(KafkaCluster):
             time.sleep(0.25)
 
     def _zk_pid(self) -> int | None:
-        return live_pid(self.zk_pid_file)
+        return live_pid(self.zk_pid_file, str(self.zk_dir / "zoo.cfg"))
 
     def _stop_zookeeper(self) -> None:
         pid = self._zk_pid()

@@ -74,9 +74,12 @@ def _ephemeral_ports() -> tuple[int, int]:
 
 
 def default_root() -> Path:
+    """REPLICATOR_SANDBOX_DIR, or a directory of this checkout per port shift: two sandboxes sharing
+    one directory read each other's pid files, and one's clean-up stopped the other's brokers."""
     if env := os.environ.get("REPLICATOR_SANDBOX_DIR"):
         return Path(env)
-    return cache_root().parent / ".sandbox" if cache_root().name == ".cache" else cache_root() / "sandbox"
+    root = cache_root().parent / ".sandbox" if cache_root().name == ".cache" else cache_root() / "sandbox"
+    return root.with_name(f"{root.name}-{_port_shift()}") if _port_shift() else root
 
 
 def _pid_alive(pid: int) -> bool:
@@ -94,13 +97,21 @@ def _pid_alive(pid: int) -> bool:
         return False
 
 
-def live_pid(pid_file: Path) -> int | None:
-    """The pid a pid file names, if that process still runs (None for a missing or stale file)."""
+def live_pid(pid_file: Path, owner: str) -> int | None:
+    """The pid a pid file names, if that process still runs and is the one the file was written for:
+    its command line holds `owner` (None for a missing or stale file). After a reboot, or a
+    process's end, its pid is another process's, which `down` would otherwise signal."""
     try:
         pid = int(pid_file.read_text().strip())
     except (OSError, ValueError):
         return None
-    return pid if _pid_alive(pid) else None
+    if not _pid_alive(pid):
+        return None
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return None
+    return pid if owner in cmdline else None
 
 
 def terminate(pid: int, timeout: float) -> None:
@@ -174,7 +185,7 @@ class KafkaCluster:
         return self.dir / "logs" / "server.log"
 
     def pid(self) -> int | None:
-        return live_pid(self.pid_file)
+        return live_pid(self.pid_file, str(self.dir / "server.properties"))
 
     def running(self) -> bool:
         return self.pid() is not None

@@ -84,7 +84,7 @@ class SchemaRegistry:
         return self.dir / "registry.log"
 
     def running(self) -> bool:
-        return live_pid(self.pid_file) is not None
+        return live_pid(self.pid_file, f"-Dquarkus.http.port={self.port}") is not None
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Starts the registry unless ours already runs (empty: storage is in memory); returns when it
@@ -121,7 +121,7 @@ class SchemaRegistry:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ends the JVM we started (SIGTERM, then SIGKILL after `timeout`); its schemas are gone with it."""
-        pid = live_pid(self.pid_file)
+        pid = live_pid(self.pid_file, f"-Dquarkus.http.port={self.port}")
         if pid is not None:
             terminate(pid, timeout)
         self.pid_file.unlink(missing_ok=True)
