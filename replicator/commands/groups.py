@@ -49,16 +49,6 @@ def _table(statuses) -> list[str]:
     return rows
 
 
-def _source_reachable(cfg) -> bool:
-    from replicator.clients import kafka_clients
-
-    try:
-        kafka_clients.source_admin(cfg).list_topics(timeout=10)
-        return True
-    except KafkaException:
-        return False
-
-
 def _clusters(cfg, source_timeout: float = 10.0) -> tuple[dict, str]:
     """Which clusters the command looks at: {role: {bootstrap, cluster_id}} (None when it does not
     answer) and the line that says so. A cluster rebuilt at the same address has another id."""
@@ -72,6 +62,8 @@ def _clusters(cfg, source_timeout: float = 10.0) -> tuple[dict, str]:
         except KafkaException:
             cluster_id = None
         found[role] = {"bootstrap": getattr(cfg, f"{role}_bootstrap_servers"), "cluster_id": cluster_id}
+    if found["target"]["cluster_id"] is None:  # every command reads it: say so now, not after more timeouts
+        raise RuntimeError(f"cannot reach the target cluster at {cfg.target_bootstrap_servers} (no answer within 30 s)")
     line = "; ".join(f"{role}: " + (f"cluster {c['cluster_id']} at {c['bootstrap']}" if c["cluster_id"]
                                     else f"no answer at {c['bootstrap']}") for role, c in found.items())
     return found, line
@@ -97,8 +89,8 @@ def groups(config_file: str | None, fmt: str, **flags) -> None:
 
     cfg = _load_config(config_file, flags)
     try:
-        live = _source_reachable(cfg)
         clusters, where = _clusters(cfg)
+        live = clusters["source"]["cluster_id"] is not None
         sync = GroupSync(cfg, dry_run=True, source_reachable=live)
         statuses = sync.run_once() if live else sync.from_checkpoints(sync=False)
     except (KafkaException, RuntimeError) as e:

@@ -77,6 +77,16 @@ def test_unreachable_cluster_exits_1_naming_it(sandbox, unique):
     assert f"cannot reach the {role} cluster at 127.0.0.1:1" in proc.stdout + proc.stderr
 
 
+@pytest.mark.parametrize("command", ["groups", "failover", "switchover"])
+def test_dr_commands_with_the_target_unreachable_exit_1_naming_it(sandbox, command):
+    """Every DR command reads the target first: it says so then, and writes nothing anywhere."""
+    proc = run_cli(command, "--source-bootstrap-servers", sandbox.source.bootstrap, "--target-bootstrap-servers",
+                   "127.0.0.1:1", "--topics", "t", "--name", "nowhere", timeout=180)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    assert "error: cannot reach the target cluster at 127.0.0.1:1" in proc.stderr, proc.stderr
+    assert "__replicator.nowhere.checkpoints" not in topics_on(sandbox.source.bootstrap)
+
+
 @pytest.mark.parametrize("role, props, symptom", [
     ("source", {"security.protocol": "SASL_PLAINTEXT", "sasl.mechanism": "PLAIN", "sasl.username": "alice",
                 "sasl.password": "s3cr3t-pw"}, "SASL"),
@@ -165,3 +175,9 @@ def test_offsets_group_written_by_someone_else_is_refused(sandbox, unique):
     assert f"the offsets group {group!r}" in output and "beyond the source's end" in output
     assert fake_group_offsets(sandbox.target.bootstrap, group) == {(topic, 0): 5000}
     assert read_all(sandbox.target.bootstrap, topic, 1) == {0: []}
+
+
+def topics_on(bootstrap: str) -> set[str]:
+    from confluent_kafka.admin import AdminClient
+
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
