@@ -55,7 +55,9 @@ class ClusterWatch:
         known = self._clusters_known(source, target)
         if self.cluster_changed is not None:
             return False
-        if known and self._promoted(target):
+        # Asked of the target even when the source does not answer: that is when a failover happens,
+        # and the job stayed up, fenced, until the old source came back.
+        if self._promoted(target, quiet=not known):
             return False
         try:
             if known:  # nothing is created on a cluster whose identity is not known
@@ -127,13 +129,14 @@ class ClusterWatch:
         if self.clusters is not None and self.mappings and due and pin_target(self.cfg, self.clusters, self.mappings):
             self._pinned_at = time.monotonic()
 
-    def _promoted(self, target) -> bool:
+    def _promoted(self, target, quiet: bool = False) -> bool:
         try:
             if not promotion.promoted(target, self.cfg.name):
                 return False
         except KafkaException as e:  # the copy cannot commit on a target that does not answer either
-            log.warning("promotion check failed: %s; retrying in %gs", e.args[0].str(),
-                        self.cfg.refresh_topics_interval_seconds)
+            if not quiet:  # a cluster that does not answer is said once, by the identity check and the copy
+                log.warning("promotion check failed: %s; retrying in %gs", e.args[0].str(),
+                            self.cfg.refresh_topics_interval_seconds)
             return False
         log.error("the target was promoted (switchover/failover): stopping, this direction must not copy again",
                   extra={"event": "promoted"})

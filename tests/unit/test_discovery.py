@@ -38,3 +38,21 @@ def test_the_target_is_read_again_only_when_the_selection_changed_or_a_while_pas
     clock[0] += TARGET_RECHECK_S  # a target topic deleted behind the job's back is created again
     r._discover(None, None)
     assert len(ensured) == 3 and len(ended) == 2  # same mappings: the running batch goes on
+
+
+def test_a_promotion_stops_the_job_while_the_source_does_not_answer(monkeypatch):
+    """A failover happens with the source gone: the job learns it from the target alone."""
+    from confluent_kafka import KafkaError, KafkaException
+
+    def source_gone(*args):
+        raise KafkaException(KafkaError(KafkaError._TRANSPORT, "source down"))
+
+    stops: list[int] = []
+    monkeypatch.setattr(cluster_watch.cluster_identity, "check_running", source_gone)
+    promoted = [False]
+    monkeypatch.setattr(cluster_watch.promotion, "promoted", lambda target, name: promoted[0])
+    r = ClusterWatch(ReplicatorConfig(topics="a"), None, [], lambda: stops.append(1))
+    r.clusters = object()  # pinned at start
+    assert r.refresh(None, None) is True and stops == []
+    promoted[0] = True
+    assert r.refresh(None, None) is False and stops == [1]
