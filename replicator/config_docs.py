@@ -39,7 +39,9 @@ command-line flag.
   "every command", plus `--config`.
 - **Precedence**: flags win over the environment, which wins over the file, which wins over the defaults.
 - **Refusals**: an invalid value stops the command with exit code 2 and
-  `invalid configuration '<option>': <what is allowed>`, before anything is read or written.
+  `invalid configuration '<option>': <what is allowed>`, before anything is read or written. So does
+  a `source:`/`target:` property librdkafka does not know (with the closest name it does) or whose
+  value it cannot parse.
 - **Secrets**: secret values never appear in logs, errors or the config's repr. Any client property
   value can be a reference instead: `${{file:/etc/replicator/target/password}}` (one trailing newline
   is dropped) or `${{env:TARGET_PASSWORD}}`, checked at start-up and resolved only where a Kafka client

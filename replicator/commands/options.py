@@ -11,8 +11,12 @@ from replicator import config as config_mod
 
 
 def _load_config(config_file: str | None, flags: dict):
+    from replicator.clients import property_check
+
     try:
-        return config_mod.load(flags, config_file)
+        cfg = config_mod.load(flags, config_file)
+        property_check.check(cfg)  # librdkafka's own objections, before anything starts
+        return cfg
     except config_mod.ConfigError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
