@@ -23,8 +23,10 @@ def topics(config_file: str | None, fmt: str, **flags) -> None:
     from replicator.topics import sync as topic_sync
 
     source, target = kafka_clients.source_admin(cfg), kafka_clients.target_admin(cfg)
+    role = "source"
     try:
         selected, skipped = topic_sync.selection(cfg, source)
+        role = "target"
         try:
             plans = topic_sync.plan(cfg, source, target, selected)
         except KafkaException as e:
@@ -37,7 +39,8 @@ def topics(config_file: str | None, fmt: str, **flags) -> None:
                        f"the target topics ({e.args[0].str()})", err=True)
             plans = topic_sync.plan(cfg, source, target, selected, with_configs=False)
     except KafkaException as e:
-        click.echo(f"error: {e.args[0].str()}", err=True)
+        click.echo(f"error: the {role} cluster at {getattr(cfg, f'{role}_bootstrap_servers')}: {e.args[0].str()}",
+                   err=True)
         sys.exit(1)
     if fmt == "json":
         click.echo(json.dumps(_as_json(plans, skipped), indent=2))
