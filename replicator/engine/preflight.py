@@ -88,7 +88,7 @@ def preflight(cfg: ReplicatorConfig, on_reachable: Callable[[], None] | None = N
         raise RuntimeFailure(
             f"the target was promoted ({promotion.marker_topic(cfg.name)} exists: a switchover or failover ran): "
             f"replicating into it again in this direction would split the brain. Fail back with a reverse "
-            f"job (docs/disaster-recovery.md, "Runbook"), or delete that topic to resume this direction deliberately.")
+            f"job (docs/disaster-recovery.md, Runbook), or delete that topic to resume this direction deliberately.")
     checked = cfg
     deadline = time.monotonic() + _PREPARE_RETRY_S
     while True:
