@@ -252,7 +252,7 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
                            + ("; the source's end offsets still move: stop its producers" if moved else "")
                            + (f"; groups still consuming on the source: {', '.join(consuming)} (stop their "
                               "consumers)" if consuming else "")
-                           + "; is `replicator run` running? Nothing was fenced or written", err=True)
+                           + "; is `replicator run` running? Nothing was fenced and no marker written", err=True)
                 sys.exit(TIMEOUT)
             time.sleep(min(2.0, cfg.group_sync_interval_seconds))
         fenced, marker = _fence_and_mark(cfg, "switchover")
