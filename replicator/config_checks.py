@@ -22,6 +22,7 @@ def is_secret(key: str) -> bool:
     k = key.lower()
     return any(h in k for h in SECRET_HINTS)
 
+
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
 _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
