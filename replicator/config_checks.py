@@ -29,9 +29,15 @@ _MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|me
 # Keys the replicator sets itself on its clients; overriding them would break exactly-once.
 RESERVED_CLIENT_KEYS = {
     "source": {"isolation.level", "enable.auto.commit", "group.id", "enable.partition.eof",
-               "auto.offset.reset"},
-    "target": {"transactional.id", "enable.idempotence", "isolation.level", "group.id"},
+               "auto.offset.reset", "enable.auto.offset.store"},
+    "target": {"transactional.id", "enable.idempotence", "isolation.level", "group.id", "acks"},
 }
+# Client properties an option of the replicator's own sets: a value here was overridden silently.
+_CLIENT_OPTIONS = {"bootstrap.servers": "{section}_bootstrap_servers",
+                   "transaction.timeout.ms": "transaction_timeout_ms"}
+# Spark settings the job owns: `master` is the option, and the redaction keeps secrets out of Spark's UI and logs.
+_SPARK_OWN = {"spark.master": "use the 'master' option", "spark.sql.redaction.options.regex":
+              "set by the replicator: it keeps the configuration's secrets out of Spark's plans and logs"}
 _CLIENT_CHOICES = {
     "security.protocol": ("PLAINTEXT", "SSL", "SASL_PLAINTEXT", "SASL_SSL"),
     "sasl.mechanism": ("GSSAPI", "PLAIN", "SCRAM-SHA-256", "SCRAM-SHA-512", "OAUTHBEARER"),
@@ -230,8 +236,8 @@ def client_properties(section: str) -> Check:
             if k in RESERVED_CLIENT_KEYS[section]:
                 raise ConfigError(f"{key}.{k}", "set by the replicator itself (exactly-once depends on "
                                                 "it) and cannot be overridden")
-            if k == "bootstrap.servers":
-                raise ConfigError(f"{key}.{k}", f"use '{section}_bootstrap_servers' instead")
+            if k in _CLIENT_OPTIONS:
+                raise ConfigError(f"{key}.{k}", f"use '{_CLIENT_OPTIONS[k].format(section=section)}' instead")
             if isinstance(v, (dict, list)):
                 raise ConfigError(f"{key}.{k}", "expected a scalar value")
             if v is None:
@@ -253,7 +259,8 @@ def client_properties(section: str) -> Check:
         return out
     reserved = ", ".join(sorted(RESERVED_CLIENT_KEYS[section]))
     check.__doc__ = (f"a map of librdkafka properties, any value a `${{file:PATH}}` or `${{env:VAR}}` reference; "
-                     f"not bootstrap.servers, nor {reserved} (set by the replicator)")
+                     f"not {' or '.join(sorted(_CLIENT_OPTIONS))} (options of their own), nor {reserved} (set by "
+                     "the replicator)")
     return check
 
 
@@ -263,6 +270,9 @@ def spark_properties(key: str, value: Any) -> dict[str, str]:
         return {}
     if not isinstance(value, Mapping) or not all(str(k).startswith("spark.") for k in value):
         raise ConfigError(key, "expected a map of Spark properties whose keys start with 'spark.'")
+    for k in value:
+        if str(k) in _SPARK_OWN:
+            raise ConfigError(f"{key}.{k}", _SPARK_OWN[str(k)])
     return {str(k): str(v) for k, v in value.items()}
 
 

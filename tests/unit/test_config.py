@@ -76,6 +76,10 @@ INVALID = [
      "SASL_SSL"),
     ("sasl mechanism unknown", {"target": {"sasl.mechanism": "PLAIN2"}}, "target.sasl.mechanism", "SCRAM-SHA-512"),
     ("spark keys", {"spark": {"executor.memory": "1g"}}, "spark", "spark."),
+    ("spark master in the map", {"spark": {"spark.master": "yarn"}}, "spark.spark.master", "'master' option"),
+    ("target acks overridden", {"target": {"acks": "1"}}, "target.acks", "cannot be overridden"),
+    ("target transaction timeout property", {"target": {"transaction.timeout.ms": "5"}},
+     "target.transaction.timeout.ms", "transaction_timeout_ms"),
     ("unknown option", {"shardz": "4"}, "shardz", "did you mean 'shards'"),
 ]
 
