@@ -251,7 +251,8 @@ def switchover(config_file: str | None, fmt: str, timeout: float, **flags) -> No
                            f"{sum(s.ahead for s in statuses)} group offsets ahead"
                            + ("; the source's end offsets still move: stop its producers" if moved else "")
                            + (f"; groups still consuming on the source: {', '.join(consuming)} (stop their "
-                              "consumers)" if consuming else "")
+                              "consumers, or leave the groups out: groups_exclude, REPLICATOR_GROUPS_EXCLUDE)"
+                              if consuming else "")
                            + "; is `replicator run` running? Nothing was fenced and no marker written", err=True)
                 sys.exit(TIMEOUT)
             time.sleep(min(2.0, cfg.group_sync_interval_seconds))
