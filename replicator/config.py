@@ -410,12 +410,39 @@ def read_file(path: str | Path) -> dict[str, Any]:
     except OSError as e:
         raise ConfigError("config", f"cannot read {path}: {e.strerror}") from None
     try:
-        data = yaml.safe_load(text) or {}
+        data = yaml.load(text, Loader=_UniqueKeyLoader) or {}
+    except _DuplicateKey as e:
+        raise ConfigError("config", f"{path}: {e}") from None
     except yaml.YAMLError as e:
         raise ConfigError("config", f"{path} is not valid YAML ({_yaml_error_without_text(e)})") from None
     if not isinstance(data, dict):
         raise ConfigError("config", f"{path} must hold a map of options at top level")
-    return {_normalise_key(str(k)): v for k, v in data.items()}
+    out: dict[str, Any] = {}
+    for k, v in data.items():
+        key = _normalise_key(str(k))
+        if key in out:  # topics-exclude next to topics_exclude: only one would count
+            raise ConfigError(key, f"{path} sets it twice, under two spellings")
+        out[key] = v
+    return out
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+class _UniqueKeyLoader(yaml.SafeLoader):
+    """PyYAML keeps the last of two equal keys: a second `source:` block silently dropped the first,
+    credentials and all. Refused instead, naming the key and both lines."""
+
+    def construct_mapping(self, node, deep=False):
+        seen: dict = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if isinstance(key, str) and key in seen:
+                raise _DuplicateKey(f"'{key}' is set twice (lines {seen[key]} and {key_node.start_mark.line + 1}); "
+                                    "only one can count")
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
 
 
 def _yaml_error_without_text(e: yaml.YAMLError) -> str:

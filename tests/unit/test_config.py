@@ -167,6 +167,21 @@ def yaml_number(text: str):
     return yaml.safe_load(text)
 
 
+@pytest.mark.parametrize("text, key, phrase", [
+    ("source:\n  sasl.username: u\ntopics: x\nsource:\n  sasl.password: pw\n", "config",
+     "'source' is set twice (lines 1 and 4)"),
+    ("topics_exclude: a\ntopics-exclude: b\n", "topics_exclude", "twice, under two spellings"),
+    ("source:\n  linger.ms: 5\n  linger.ms: 6\n", "config", "'linger.ms' is set twice"),
+])
+def test_a_key_set_twice_in_the_file_is_refused(tmp_path, text, key, phrase):
+    """PyYAML keeps the last of two equal keys: a second `source:` block dropped the first."""
+    path = tmp_path / "replicator.yaml"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        load(_flags({}), config_file=path, environ={})
+    assert e.value.key == key and phrase in str(e.value), str(e.value)
+
+
 def test_missing_config_file(tmp_path):
     with pytest.raises(ConfigError) as e:
         load(_flags({}), config_file=tmp_path / "absent.yaml", environ={})
