@@ -25,7 +25,7 @@ def is_secret(key: str) -> bool:
 
 _BOOTSTRAP = re.compile(r"^[A-Za-z0-9._\-\[\]:]+:\d{1,5}(,[A-Za-z0-9._\-\[\]:]+:\d{1,5})*$")
 _NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._\-]{0,99}$")
-_MASTER = re.compile(r"^(local(\[(\*|\d+)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
+_MASTER = re.compile(r"^(local(\[(\*|[1-9]\d*)(,\d+)?\])?|spark://.+|k8s://.+|yarn|mesos://.+)$")
 # Keys the replicator sets itself on its clients; overriding them would break exactly-once.
 RESERVED_CLIENT_KEYS = {
     "source": {"isolation.level", "enable.auto.commit", "group.id", "enable.partition.eof",

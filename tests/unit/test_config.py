@@ -31,6 +31,7 @@ INVALID = [
     ("shards not a number", {"shards": "four"}, "shards", "integer"),
     ("shards a boolean", {"shards": True}, "shards", "boolean"),
     ("spark master scheme", {"master": "foo://x"}, "master", "Spark master URL"),
+    ("spark master without threads", {"master": "local[0]"}, "master", "Spark master URL"),
     ("guarantee", {"guarantee": "maybe-once"}, "guarantee", "exactly-once, at-least-once"),
     ("batch duration zero", {"batch_duration_seconds": "0"}, "batch_duration_seconds", "positive"),
     ("class cache relative", {"spark_class_cache": "cache"}, "spark_class_cache", "absolute directory"),
