@@ -205,7 +205,7 @@ def test_dr_consumer_decodes_every_record_on_the_same_ids_after_failover(sandbox
 def test_bad_registry_url_is_a_usage_error(registries):
     out = _schemas_cli("sync", "--from", "ftp://user:secret@127.0.0.1/x", "--to", registries[1].url)
     assert out.returncode == 2, out.stdout + out.stderr
-    assert "--from" in out.stderr and "http(s)://host" in out.stderr
+    assert "--from" in out.stderr and "http(s)://[user:password@]host" in out.stderr
     assert "secret" not in out.stdout + out.stderr
 
 
