@@ -115,7 +115,7 @@ sandbox-down: $(STAMP)
 
 clean:
 	-$(BIN)/replicator sandbox down
-	rm -rf $(VENV) .sandbox .pytest_cache .ruff_cache
+	rm -rf $(VENV) .sandbox .sandbox-* .pytest_cache .ruff_cache
 
 # A one-node Kubernetes cluster on this machine (deploy/local-cluster/, as root): etcd, the control
 # plane and a kubelet on containerd, on 127.0.24.1; the first `k8s-up` compiles Kubernetes (tens of
