@@ -17,6 +17,10 @@ def create_topic(bootstrap: str, name: str, partitions: int = 1, config: dict | 
     fut.result(timeout=30)
 
 
+def topic_names(bootstrap: str) -> set[str]:
+    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)
+
+
 def commit_member_less(consumer: Consumer, offsets: list[TopicPartition], timeout: float = 60.0) -> None:
     """Commits as an application does: again while the coordinator says it is busy. A group's first
     commit on a cluster that just started, or on a busy box, meets COORDINATOR_LOAD_IN_PROGRESS while

@@ -22,6 +22,7 @@ from tests.kafka_helpers import (
     fake_group_offsets,
     produce_transactional,
     read_all,
+    topic_names,
 )
 from tests.replicator_process import ReplicatorProcess, wait_until
 
@@ -84,7 +85,7 @@ def test_dr_commands_with_the_target_unreachable_exit_1_naming_it(sandbox, comma
                    "127.0.0.1:1", "--topics", "t", "--name", "nowhere", timeout=180)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     assert "error: cannot reach the target cluster at 127.0.0.1:1" in proc.stderr, proc.stderr
-    assert "__replicator.nowhere.checkpoints" not in topics_on(sandbox.source.bootstrap)
+    assert "__replicator.nowhere.checkpoints" not in topic_names(sandbox.source.bootstrap)
 
 
 @pytest.mark.parametrize("role, props, symptom", [
@@ -175,9 +176,3 @@ def test_offsets_group_written_by_someone_else_is_refused(sandbox, unique):
     assert f"the offsets group {group!r}" in output and "beyond the source's end" in output
     assert fake_group_offsets(sandbox.target.bootstrap, group) == {(topic, 0): 5000}
     assert read_all(sandbox.target.bootstrap, topic, 1) == {0: []}
-
-
-def topics_on(bootstrap: str) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)

@@ -10,9 +10,17 @@ import subprocess
 import time
 from pathlib import Path
 
+from replicator.names import marker_topic
 from replicator.sandbox import Sandbox
 from tests.index_helpers import commit_offsets, committed_offsets, next_record_view
-from tests.kafka_helpers import assert_identical, create_topic, end_offsets, produce_transactional, read_all
+from tests.kafka_helpers import (
+    assert_identical,
+    create_topic,
+    end_offsets,
+    produce_transactional,
+    read_all,
+    topic_names,
+)
 from tests.replicator_process import BIN, ReplicatorProcess, wait_until
 
 PARTITIONS = 2
@@ -107,14 +115,6 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
     assert sum(len(b_after[p]) - b_before[p] for p in range(PARTITIONS)) == 100  # nothing copied twice
 
 
-def _marker_written(bootstrap: str, name: str) -> bool:
-    from confluent_kafka.admin import AdminClient
-
-    from replicator.names import marker_topic
-
-    return marker_topic(name) in AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics
-
-
 def test_switchover_waits_while_the_source_is_still_written_or_consumed(sandbox: Sandbox, unique: str,
                                                                        tmp_path: Path):
     """A planned switchover promotes only a quiet source: a replication that keeps up with a trickle
@@ -136,7 +136,7 @@ def test_switchover_waits_while_the_source_is_still_written_or_consumed(sandbox:
 
     typo = _cli("switchover", *conn, "--name", f"{name}-typo", "--timeout", "600")
     assert typo.returncode == 1 and "holds no offsets" in typo.stderr, typo.stdout + typo.stderr
-    assert f"__replicator.{name}-typo.checkpoints" not in _topics(b)
+    assert f"__replicator.{name}-typo.checkpoints" not in topic_names(b)
 
     def trickle(stop: threading.Event) -> None:
         producer, i = Producer({"bootstrap.servers": a}), 0
@@ -161,13 +161,7 @@ def test_switchover_waits_while_the_source_is_still_written_or_consumed(sandbox:
                 time.sleep(5)  # the job copies the trickle / the consumer joins and commits
                 out = _cli("switchover", *conn, "--name", name, "--timeout", "20")
             assert out.returncode == 4 and phrase in out.stderr, out.stdout + out.stderr
-            assert not _marker_written(b, name)
+            assert marker_topic(name) not in topic_names(b)
         out = _cli("switchover", *conn, "--name", name, "--timeout", "300")
         assert out.returncode == 0 and "zero loss" in out.stdout, out.stdout + out.stderr
         assert job.wait(120) == 0
-
-
-def _topics(bootstrap: str) -> set[str]:
-    from confluent_kafka.admin import AdminClient
-
-    return set(AdminClient({"bootstrap.servers": bootstrap}).list_topics(timeout=30).topics)

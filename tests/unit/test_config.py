@@ -107,11 +107,8 @@ def test_invalid_configuration_names_the_key(what, override, key, phrase):
     ("- a list\n- at top level", "map of options"),
 ])
 def test_invalid_config_files(tmp_path, text, phrase):
-    path = tmp_path / "replicator.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as e:
-        load(_flags({}), config_file=path, environ={})
-    assert e.value.key == "config" and phrase in str(e.value)
+    e = _refused_file(tmp_path, text)
+    assert e.key == "config" and phrase in str(e)
 
 
 @pytest.mark.parametrize("line", [
@@ -120,11 +117,7 @@ def test_invalid_config_files(tmp_path, text, phrase):
 ])
 def test_a_config_file_that_is_not_yaml_is_refused_without_quoting_its_lines(tmp_path, line):
     """PyYAML's message quotes the offending line, which may hold a password."""
-    path = tmp_path / "replicator.yaml"
-    path.write_text(f"source:\n  {line}\n")
-    with pytest.raises(ConfigError) as e:
-        load(_flags({}), config_file=path, environ={})
-    msg = str(e.value)
+    msg = str(_refused_file(tmp_path, f"source:\n  {line}\n"))
     assert "not valid YAML" in msg and ("line 2," in msg or "line 3," in msg), msg
     assert "S3cr3t" not in msg and "@" not in msg and "`" not in msg, msg
 
@@ -143,11 +136,8 @@ def test_a_config_file_that_is_not_yaml_is_refused_without_quoting_its_lines(tmp
 ])
 def test_a_yaml_value_of_the_wrong_kind_is_refused_not_turned_into_text(tmp_path, text, key, phrase):
     """An empty `groups:` line was the regex 'None' (no group ever synced); `topics_exclude: 5` a traceback."""
-    path = tmp_path / "replicator.yaml"
-    path.write_text(text)
-    with pytest.raises(ConfigError) as e:
-        load(_flags({}), config_file=path, environ={})
-    assert e.value.key == key and phrase in str(e.value), str(e.value)
+    e = _refused_file(tmp_path, text)
+    assert e.key == key and phrase in str(e), str(e)
 
 
 @pytest.mark.parametrize("value", ["0777", "12:34:56", "1.10", "123456", "true"])
@@ -176,11 +166,17 @@ def yaml_number(text: str):
 ])
 def test_a_key_set_twice_in_the_file_is_refused(tmp_path, text, key, phrase):
     """PyYAML keeps the last of two equal keys: a second `source:` block dropped the first."""
+    e = _refused_file(tmp_path, text)
+    assert e.key == key and phrase in str(e), str(e)
+
+
+def _refused_file(tmp_path, text: str) -> ConfigError:
+    """The refusal of a config file holding `text`."""
     path = tmp_path / "replicator.yaml"
     path.write_text(text)
     with pytest.raises(ConfigError) as e:
         load(_flags({}), config_file=path, environ={})
-    assert e.value.key == key and phrase in str(e.value), str(e.value)
+    return e.value
 
 
 def test_missing_config_file(tmp_path):
