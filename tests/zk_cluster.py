@@ -10,7 +10,7 @@ import subprocess
 import time
 from dataclasses import dataclass
 
-from replicator.sandbox.cluster import KafkaCluster, live_pid, port_open, terminate
+from replicator.sandbox.cluster import KafkaCluster, live_pid, port_open, record_pid, terminate
 from replicator.sandbox.jars import classpath
 
 
@@ -82,7 +82,7 @@ class ZooKeeperKafkaCluster(KafkaCluster):
                                      "-cp", classpath(self.version), "org.apache.zookeeper.server.ZooKeeperServerMain",
                                      str(zk_dir / "zoo.cfg")], stdout=out, stderr=subprocess.STDOUT,
                                     stdin=subprocess.DEVNULL, start_new_session=True)
-        self.zk_pid_file.write_text(str(proc.pid))
+        record_pid(proc, self.zk_pid_file, str(zk_dir / "zoo.cfg"))
         deadline = time.monotonic() + 60
         while not port_open(self.zk_port):
             if proc.poll() is not None or time.monotonic() > deadline:

@@ -18,7 +18,7 @@ import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 
-from replicator.sandbox.cluster import _port_shift, live_pid, port_open, terminate
+from replicator.sandbox.cluster import _port_shift, live_pid, port_open, record_pid, terminate
 from replicator.sandbox.jars import cache_root
 
 APICURIO_VERSION = "2.4.2.Final"
@@ -102,7 +102,7 @@ class SchemaRegistry:
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        self.pid_file.write_text(str(proc.pid))
+        record_pid(proc, self.pid_file, f"-Dquarkus.http.port={self.port}")
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
