@@ -8,7 +8,6 @@ or translated exactly (taken over, active on the target, untranslatable: listed 
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import sys
 import time
@@ -297,14 +296,8 @@ def failback(config_file: str | None, fmt: str, forward_name: str, dry_run: bool
     cfg = _load_config(config_file, flags)
     if cfg.replication_policy != "identity":
         _fail("failback needs replication_policy=identity (the reverse job writes back to the same topic names)")
-    # The forward job's view: both clusters swapped, with the client settings (TLS, SASL) that go
-    # with each; swapping only the addresses would speak one cluster's security to the other.
-    forward = dataclasses.replace(cfg, name=forward_name, offsets_group="",
-                                  target_bootstrap_servers=cfg.source_bootstrap_servers,
-                                  source_bootstrap_servers=cfg.target_bootstrap_servers,
-                                  source=cfg.target, target=cfg.source)
     try:
-        marker = promotion.read_marker(forward)
+        marker = promotion.read_marker(promotion.forward_view(cfg, forward_name))
         if marker is None:
             _fail(f"no promotion marker of job {forward_name!r} on {cfg.source_bootstrap_servers}: "
                   f"nothing to fail back")
@@ -327,7 +320,7 @@ def failback(config_file: str | None, fmt: str, forward_name: str, dry_run: bool
                                    offsets)
             if refused:
                 _fail(f"could not set the reverse job's start: {refused}")
-        adopted = _adopt_old_groups(cfg, marker, dry_run)
+        adopted = _adopt_old_groups(cfg, marker, forward_name, dry_run)
         acl_doc, acl_lines = acl_sync.failback_step(cfg, {c.target_topic: c.source_topic for c in marker.cut},
                                                     dry_run=dry_run)
     except (KafkaException, RuntimeError) as e:
@@ -343,10 +336,12 @@ def failback(config_file: str | None, fmt: str, forward_name: str, dry_run: bool
     sys.exit(OK)
 
 
-def _adopt_old_groups(cfg, marker, dry_run: bool = False) -> list[str]:
+def _adopt_old_groups(cfg, marker, forward_job: str, dry_run: bool = False) -> list[str]:
     """The old source's groups hold pre-failover positions their applications left behind: recorded
     as the reverse job's own writes, so its sync may move them (a group used on the old source
-    after this is detected as taken over, as always). `dry_run`: only which groups would be."""
+    after this is detected as taken over, as always). The forward job's name is recorded with them:
+    its index translates a group still before the cut (`groups.back_translate`). `dry_run`: only
+    which groups would be adopted."""
     from replicator.clients import kafka_clients
     from replicator.groups.checkpoints import Checkpoint, CheckpointStore, ensure_topics
     from replicator.groups.sync import GroupFilter, group_offsets
@@ -370,6 +365,7 @@ def _adopt_old_groups(cfg, marker, dry_run: bool = False) -> list[str]:
         if offsets:
             adopted.append(group)
     if store is not None:
+        store.put_forward_job(forward_job)
         store.flush()
         store.close()
     return adopted

@@ -5,7 +5,9 @@ sync wrote into the same-named target group (the ownership record that makes syn
 partition] -> JSON {x, t, exact, ahead, method, meta, w, p, at}; `w` is the target offset the sync
 last wrote and saw accepted, `p` one it is about to write (recorded first, so a crash between the
 write and its confirmation never makes our own write look like someone else's). Key ["g", group] ->
-{taken_over, at, reason} once a consumer was seen on the target.
+{taken_over, at, reason} once a consumer was seen on the target. Key ["f"] -> {forward_job} in a
+reverse job's topic, written by `failback`: the job whose index translates positions below the
+failover cut (`back_translate`).
 
 With `mm2_compatible_checkpoints`, also MirrorMaker 2's `<source alias>.checkpoints.internal`
 (key: group, target topic, partition; value: version 0, upstream offset, offset, metadata; Kafka
@@ -95,6 +97,7 @@ class CheckpointStore:
         self.mm2_topic = names.mm2_checkpoints_topic(cfg.source_alias) if cfg.mm2_compatible_checkpoints else None
         self.checkpoints: dict[tuple[str, str, int], Checkpoint] = {}
         self.groups: dict[str, GroupState] = {}
+        self.forward_job: str | None = None  # a reverse job's forward job (`failback`)
         self._producer: Producer | None = None
         self._errors: list[str] = []
         # Values other processes of this job (the running job's sync, a switchover) wrote or were
@@ -132,6 +135,8 @@ class CheckpointStore:
                 self.groups.pop(k[1], None)
             else:
                 self.groups[k[1]] = GroupState(**json.loads(value))
+        elif k[0] == "f":
+            self.forward_job = json.loads(value)["forward_job"] if value is not None else None
 
     def owned(self, group: str, topic: str, partition: int) -> set[int]:
         cp = self.checkpoints.get((group, topic, partition))
@@ -163,6 +168,12 @@ class CheckpointStore:
             return
         self._produce().produce(self.topic, json.dumps(asdict(state)).encode(), _key("g", group),
                                 on_delivery=self._on_delivery)
+
+    def put_forward_job(self, name: str) -> None:
+        self.forward_job = name
+        if not self.read_only:
+            self._produce().produce(self.topic, json.dumps({"forward_job": name}).encode(), _key("f"),
+                                    on_delivery=self._on_delivery)
 
     def flush(self) -> None:
         """Durable before return (acks=all), or RuntimeError: an unrecorded write must not follow."""

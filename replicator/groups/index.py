@@ -92,6 +92,24 @@ class IndexEntry:
             skipped += min(stop, source_offset) - start
         return self.first_target + (source_offset - self.begin - skipped)
 
+    def source_of(self, target_offset: int) -> int:
+        """The inverse of `translate`: the source offset whose copy sits at `target_offset`, for
+        first_target <= target_offset < end_target; `end` from end_target on (the commit marker,
+        and up to the next entry nothing was copied). A consumer there on the source reads next the
+        record a consumer at `target_offset` on the target reads next."""
+        if target_offset < self.first_target:
+            raise ValueError(f"target offset {target_offset} before the entry's first copy {self.first_target}")
+        if target_offset >= self.end_target:
+            return self.end
+        left = target_offset - self.first_target  # copied offsets to pass
+        source = self.begin
+        for start, stop in self.gaps:
+            if left < start - source:
+                break
+            left -= start - source
+            source = stop
+        return source + left
+
     def check(self) -> None:
         """Raises ValueError unless the entry is self-consistent (gaps ordered, inside, and leaving
         exactly `count` copied offsets)."""

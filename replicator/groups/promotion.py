@@ -9,6 +9,7 @@ to copy into that target again in the same direction (no split brain), and which
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import time
 from contextlib import closing
@@ -68,6 +69,16 @@ def promoted(target: AdminClient, job_name: str) -> bool:
         return False
     tp = TopicPartition(topic, 0)
     return target.list_offsets({tp: OffsetSpec.latest()}, request_timeout=30)[tp].result().offset > 0
+
+
+def forward_view(reverse: ReplicatorConfig, forward_name: str) -> ReplicatorConfig:
+    """The forward job as its reverse job's configuration sees it (`failback`): both clusters
+    swapped, with the client settings (TLS, SASL) that go with each; swapping only the addresses
+    would speak one cluster's security to the other."""
+    return dataclasses.replace(reverse, name=forward_name, offsets_group="",
+                               target_bootstrap_servers=reverse.source_bootstrap_servers,
+                               source_bootstrap_servers=reverse.target_bootstrap_servers,
+                               source=reverse.target, target=reverse.source)
 
 
 def read_marker(cfg: ReplicatorConfig) -> Marker | None:

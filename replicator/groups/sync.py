@@ -27,6 +27,7 @@ from replicator.clients import kafka_clients, kafka_python_clients
 from replicator.clients.client_errors import is_authorization_error
 from replicator.config import ReplicatorConfig
 from replicator.group_filter import INTERNAL_GROUPS, GroupFilter  # noqa: F401 (re-exported)
+from replicator.groups.back_translate import BackTranslator
 from replicator.groups.checkpoints import Checkpoint, CheckpointStore, GroupState
 from replicator.groups.translate import Translation, Translator
 from replicator.internal_topics import ensure_checkpoint_topics
@@ -122,6 +123,8 @@ class GroupSync:
             ensure_checkpoint_topics(cfg, self.target)
         self.store = CheckpointStore(cfg, read_only=dry_run).load()
         self.translator = Translator(cfg, source_reachable)
+        if self.store.forward_job and self.translator.source is not None:
+            self.translator.back = BackTranslator(cfg, self.store.forward_job, self.translator.source)
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self.last: list[GroupStatus] = []

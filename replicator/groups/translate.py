@@ -34,6 +34,7 @@ from collections import deque
 from collections.abc import Iterator
 from contextlib import closing
 from dataclasses import asdict, dataclass
+from typing import Protocol
 
 from confluent_kafka import Consumer, Message, TopicPartition
 
@@ -52,6 +53,14 @@ _POLL_S = 1.0
 _STALL_S = 60.0
 
 
+class BeforeCut(Protocol):
+    """Positions a reverse job's own index cannot reach (`back_translate.BackTranslator`)."""
+
+    def before_cut(self, topic: str, partition: int, x: int) -> bool: ...
+
+    def translate(self, topic: str, partition: int, x: int) -> tuple[int | None, str]: ...
+
+
 @dataclass(frozen=True)
 class Translation:
     source_topic: str
@@ -61,7 +70,7 @@ class Translation:
     target_offset: int | None  # T, or None when it cannot be translated
     exact: bool
     ahead: int = 0  # source offsets beyond what is replicated (X - N when X > N)
-    method: str = "index"  # index | aligned-read | none
+    method: str = "index"  # index | aligned-read | forward-index (back across a failover) | none
     reason: str = ""
 
     def to_dict(self) -> dict:
@@ -123,6 +132,16 @@ class IndexReader:
 
     def last_entry_beginning_at_or_before(self, target_topic: str, partition: int, x: int
                                           ) -> tuple[int, IndexEntry] | None:
+        return self._last_entry(target_topic, partition, lambda e: e.begin <= x)
+
+    def last_entry_landing_at_or_before(self, target_topic: str, partition: int, t: int
+                                        ) -> tuple[int, IndexEntry] | None:
+        """The last entry whose first copy is at target offset t or before (a reverse lookup)."""
+        return self._last_entry(target_topic, partition, lambda e: e.first_target <= t)
+
+    def _last_entry(self, target_topic: str, partition: int, at_or_before) -> tuple[int, IndexEntry] | None:
+        """The last entry of the partition that `at_or_before` accepts; it accepts a prefix of the
+        entries, which begin and land in increasing order."""
         key = entry_key(target_topic, partition)
         ip = index_partition(target_topic, partition, self.partitions)
         lo, hi = self.bounds(ip)
@@ -133,10 +152,10 @@ class IndexReader:
             found = self.entry_at_or_after(key, ip, mid, hi)
             if found is None:
                 hi = mid  # no entry of the key in [mid, hi)
-            elif found[1].begin <= x:
+            elif at_or_before(found[1]):
                 best, lo = found, found[0] + 1
             else:
-                hi = mid  # entries from found on begin after x, and none sits in [mid, found)
+                hi = mid  # entries from found on lie beyond, and none sits in [mid, found)
         return best
 
     def next_entry(self, target_topic: str, partition: int, after: int) -> tuple[int, IndexEntry] | None:
@@ -166,6 +185,8 @@ class Translator:
         md = self.target.list_topics(topic, timeout=30).topics.get(topic)
         partitions = len(md.partitions) if md is not None and md.error is None and md.partitions else 0
         self.index = IndexReader(self.target, cfg.name, partitions) if partitions else None
+        # Set for a reverse job that `failback` prepared: positions below the failover cut.
+        self.back: BeforeCut | None = None
         # Aligned reads back from a pair, by (target topic, partition, X, pair): the answer cannot
         # change while the pair stays the nearest, and a lagging group asks again every sync round.
         self._aligned_cache: dict[tuple[str, int, int, tuple[int, int]], int] = {}
@@ -191,6 +212,9 @@ class Translator:
             return result(None, False, "none", "nothing of this partition is replicated yet")
         ahead = max(0, x - n)
         xe = min(x, n)
+        if self.back is not None and self.back.before_cut(source_topic, partition, xe):
+            t, why = self.back.translate(source_topic, partition, xe)
+            return result(t, t is not None, "forward-index" if t is not None else "none", why, ahead)
         if self.index is None:
             return self._from_commit_pair(result, source_topic, target_topic, partition, xe, ahead,
                                           "no translation index on the target (translation_index off)")

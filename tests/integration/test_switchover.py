@@ -1,7 +1,7 @@
 """Planned switchover with producers stopped (zero loss, zero duplicates, the old direction refuses
 to start), then failback: the reverse job copies only what was produced on the new primary, and a
-group consumed there translates back exactly; `divergence` lists what the old source holds beyond
-the cut."""
+group consumed there translates back exactly, one still before the cut too (through the forward
+job's index); `divergence` lists what the old source holds beyond the cut."""
 
 from __future__ import annotations
 
@@ -40,10 +40,11 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path):
     a, b = sandbox.source.bootstrap, sandbox.target.bootstrap
     topic, fwd, rev = f"sw-{unique}", f"sw-{unique}", f"swback-{unique}"
-    group = f"sw-{unique}-app"
+    group, early = f"sw-{unique}-app", f"sw-{unique}-early"
     create_topic(a, topic, PARTITIONS)
     produce_transactional(a, topic, _records(2_000), f"s-{unique}", per_txn=100, abort_every=4)
     commit_offsets(a, group, topic, {0: 300, 1: 500})
+    commit_offsets(a, early, topic, {0: 100, 1: 150})
     fwd_conn = ["--source-bootstrap-servers", a, "--target-bootstrap-servers", b, "--topics", topic, "--name", fwd]
     env = {"REPLICATOR_GROUP_SYNC_INTERVAL_SECONDS": "1", "REPLICATOR_GROUPS": f"sw-{unique}-.*"}
 
@@ -79,17 +80,25 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
     before = {p: len(v) for p, v in read_all(a, topic, PARTITIONS).items()}
     b_ends = end_offsets(b, topic, PARTITIONS)
     # The application consumed some new records on the new primary; it translates back exactly.
+    # Another consumed there only records from before the cut: it translates back through the
+    # forward job's index, past the 3 records the old source got after the cut.
     new_b = read_all(b, topic, PARTITIONS)
     x_b = {p: new_b[p][-50].offset() for p in range(PARTITIONS)}
     commit_offsets(b, group, topic, x_b)
+    early_b = {p: new_b[p][400 + p].offset() for p in range(PARTITIONS)}
+    assert all(int(new_b[p][400 + p].value()[2:]) < 2_000 for p in range(PARTITIONS))  # copied before the cut
+    commit_offsets(b, early, topic, early_b)
     env_rev = {"REPLICATOR_GROUP_SYNC_INTERVAL_SECONDS": "1", "REPLICATOR_GROUPS": f"sw-{unique}-.*"}
     with ReplicatorProcess(sandbox, topic, rev, tmp_path / "rev.log", "--shards", "1", env=env_rev,
                            source=sandbox.target, target=sandbox.source) as job:
+        def translated(g: str, x: dict[int, int]) -> bool:
+            at = committed_offsets(a, g, topic, PARTITIONS)
+            return len(at) == PARTITIONS and all(
+                next_record_view(a, topic, p, at[p]) == next_record_view(b, topic, p, x[p]) for p in range(PARTITIONS))
+
         def back() -> bool:
             fake = committed_offsets(a, f"__replicator.{rev}", topic, PARTITIONS)
-            return fake == b_ends and len(committed_offsets(a, group, topic, PARTITIONS)) == PARTITIONS and all(
-                next_record_view(a, topic, p, committed_offsets(a, group, topic, PARTITIONS)[p])
-                == next_record_view(b, topic, p, x_b[p]) for p in range(PARTITIONS))
+            return fake == b_ends and translated(group, x_b) and translated(early, early_b)
         wait_until(back, 300, "the reverse copy and group translation", job, interval=2)
         after = read_all(a, topic, PARTITIONS)
         assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records

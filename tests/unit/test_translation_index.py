@@ -54,6 +54,23 @@ def test_every_source_offset_of_an_entry_translates_exactly(seed):
         assert decoded.translate(x) == _expected(x, copied, placed, entry.end_target), x
 
 
+@pytest.mark.parametrize("seed", range(40))
+def test_every_target_offset_of_an_entry_translates_back_to_the_record_copied_there(seed):
+    """`failback`'s reverse lookup: the source offset whose copy sits at t, then the entry's end from
+    its commit marker on; translating that forward gives t back."""
+    rnd = random.Random(seed)
+    begin, length = rnd.choice([0, 7, 2**40]), rnd.randint(1, 300)
+    copied = sorted(rnd.sample(range(begin, begin + length), rnd.randint(1, length)))
+    entry, placed = _simulate(begin, begin + length, copied, rnd.randint(0, 10**9))
+    back = {t: o for o, t in placed.items()}
+    for t in range(entry.first_target, entry.end_target + 3):
+        y = entry.source_of(t)
+        assert y == back.get(t, entry.end), t
+        assert entry.translate(y) == min(t, entry.end_target)
+    with pytest.raises(ValueError):
+        entry.source_of(entry.first_target - 1)
+
+
 def test_entry_without_gaps_is_small():
     entry, _ = _simulate(1_000_000, 1_200_000, list(range(1_000_000, 1_200_000)), 3_000_000)
     assert entry.gaps == ()

@@ -1,0 +1,83 @@
+"""Translation back across a failover, for a reverse job that `failback` prepared.
+
+The reverse job reads the new primary, whose partitions up to the failover cut hold the forward
+job's copies of the old source's records, and writes back to the old source. Its own index starts at
+the cut, so an application group still before the cut on the new primary sits in data the reverse
+job never copied. That position translates through the forward job's index on the new primary, read
+backwards: the entry whose copies hold target offset X gives the source offset of the same record
+(`IndexEntry.source_of`), where a consumer on the old source reads next what it would read next at X
+on the new primary. Up to the cut the old source holds those same records; beyond it come what
+`divergence` lists, then the reverse job's copies.
+
+Nothing is estimated: a position older than the forward index, in an entry another producer wrote
+into, or among records the index does not describe (it was off for a while) is not translated.
+"""
+
+from __future__ import annotations
+
+import logging
+
+from confluent_kafka import Consumer, KafkaException
+
+from replicator import names
+from replicator.config import ReplicatorConfig
+from replicator.groups import promotion
+from replicator.groups.promotion import CutPoint
+from replicator.groups.translate import IndexReader, read_records
+
+log = logging.getLogger(__name__)
+
+
+class BackTranslator:
+    """Maps new-primary offsets below the forward job's cut to old-source offsets. `consumer`
+    reads the new primary (the reverse job's source), where the forward job's index and marker are."""
+
+    def __init__(self, cfg: ReplicatorConfig, forward_job: str, consumer: Consumer) -> None:
+        self.forward_job = forward_job
+        self.consumer = consumer
+        self.cut: dict[tuple[str, int], CutPoint] = {}
+        self.index: IndexReader | None = None
+        self.unavailable = ""  # why nothing can be translated back, when so
+        try:
+            marker = promotion.read_marker(promotion.forward_view(cfg, forward_job))
+            topic = names.index_topic(forward_job)
+            md = consumer.list_topics(topic, timeout=30).topics.get(topic)
+        except (KafkaException, RuntimeError) as e:
+            self.unavailable = f"the forward job {forward_job!r}'s promotion marker could not be read: {e}"
+            log.warning("translation back across the failover is off: %s", self.unavailable,
+                        extra={"event": "back_translation_unavailable"})
+            return
+        if marker is None:
+            self.unavailable = f"no promotion marker of the forward job {forward_job!r} on the source"
+            return
+        # The reverse job's source topics are the forward job's target topics.
+        self.cut = {(c.target_topic, c.partition): c for c in marker.cut}
+        if md is not None and md.error is None and md.partitions:
+            self.index = IndexReader(consumer, forward_job, len(md.partitions))
+        else:
+            self.unavailable = f"the forward job {forward_job!r} left no translation index on the source"
+
+    def before_cut(self, topic: str, partition: int, x: int) -> bool:
+        """True for a position the forward job's copy holds, below the cut: this class answers it."""
+        c = self.cut.get((topic, partition))
+        return c is not None and x < c.target_end
+
+    def translate(self, topic: str, partition: int, x: int) -> tuple[int | None, str]:
+        """(old-source offset, "") for new-primary offset x below the cut, or (None, why not)."""
+        why = f"offset {x} is before the failover cut of {self.forward_job!r}"
+        if self.index is None:
+            return None, f"{why}, and {self.unavailable}"
+        found = self.index.last_entry_landing_at_or_before(topic, partition, x)
+        if found is None:
+            return None, f"{why}, and older than the forward job's translation index"
+        offset, e = found
+        if not e.contiguous:
+            return None, f"{why}, in a transaction of the forward job that another producer wrote into"
+        if x >= e.end_target:
+            # At the entry's commit marker or past it: exact only if no committed record lies between
+            # it and the next entry's first copy (or the cut), which an index switched off leaves.
+            nxt = self.index.next_entry(topic, partition, offset)
+            stop = nxt[1].first_target if nxt else self.cut[(topic, partition)].target_end
+            if read_records(self.consumer, topic, partition, e.end_target, stop, limit=1):
+                return None, f"{why}, among records the forward job's translation index does not describe"
+        return e.source_of(x), ""
