@@ -2,12 +2,14 @@
 
 The reverse job reads the new primary, whose partitions up to the failover cut hold the forward
 job's copies of the old source's records, and writes back to the old source. Its own index starts at
-the cut, so an application group still before the cut on the new primary sits in data the reverse
-job never copied. That position translates through the forward job's index on the new primary, read
+the cut, so an application group before the cut on the new primary sits in data the reverse job
+never copied. That position translates through the forward job's index on the new primary, read
 backwards: the entry whose copies hold target offset X gives the source offset of the same record
 (`IndexEntry.source_of`), where a consumer on the old source reads next what it would read next at X
-on the new primary. Up to the cut the old source holds those same records; beyond it come what
-`divergence` lists, then the reverse job's copies.
+on the new primary. The cut itself maps to the marker's source offset. Up to the cut the old source
+holds those same records; beyond it come what `divergence` lists, then the reverse job's copies. So
+a group at or before the cut reads the diverged records on the old source, and a group past it
+(translated by the reverse job's own index) does not.
 
 Nothing is estimated: a position older than the forward index, in an entry another producer wrote
 into, or among records the index does not describe (it was off for a while) is not translated.
@@ -58,12 +60,15 @@ class BackTranslator:
             self.unavailable = f"the forward job {forward_job!r} left no translation index on the source"
 
     def before_cut(self, topic: str, partition: int, x: int) -> bool:
-        """True for a position the forward job's copy holds, below the cut: this class answers it."""
+        """True for a position in the forward job's copy, up to the cut: this class answers it."""
         c = self.cut.get((topic, partition))
-        return c is not None and x < c.target_end
+        return c is not None and x <= c.target_end
 
     def translate(self, topic: str, partition: int, x: int) -> tuple[int | None, str]:
-        """(old-source offset, "") for new-primary offset x below the cut, or (None, why not)."""
+        """(old-source offset, "") for new-primary offset x up to the cut, or (None, why not)."""
+        c = self.cut[(topic, partition)]
+        if x == c.target_end and c.source_next >= 0:
+            return c.source_next, ""  # the cut itself: the marker pairs the two
         why = f"offset {x} is before the failover cut of {self.forward_job!r}"
         if self.index is None:
             return None, f"{why}, and {self.unavailable}"
@@ -77,7 +82,7 @@ class BackTranslator:
             # At the entry's commit marker or past it: exact only if no committed record lies between
             # it and the next entry's first copy (or the cut), which an index switched off leaves.
             nxt = self.index.next_entry(topic, partition, offset)
-            stop = nxt[1].first_target if nxt else self.cut[(topic, partition)].target_end
+            stop = nxt[1].first_target if nxt else c.target_end
             if read_records(self.consumer, topic, partition, e.end_target, stop, limit=1):
                 return None, f"{why}, among records the forward job's translation index does not describe"
         return e.source_of(x), ""

@@ -40,7 +40,7 @@ def _cli(*args: str) -> subprocess.CompletedProcess:
 def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path):
     a, b = sandbox.source.bootstrap, sandbox.target.bootstrap
     topic, fwd, rev = f"sw-{unique}", f"sw-{unique}", f"swback-{unique}"
-    group, early = f"sw-{unique}-app", f"sw-{unique}-early"
+    group, early, at_cut = f"sw-{unique}-app", f"sw-{unique}-early", f"sw-{unique}-at-cut"
     create_topic(a, topic, PARTITIONS)
     produce_transactional(a, topic, _records(2_000), f"s-{unique}", per_txn=100, abort_every=4)
     commit_offsets(a, group, topic, {0: 300, 1: 500})
@@ -65,7 +65,7 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
     assert refused.returncode == 1 and "promoted" in refused.stderr + refused.stdout
 
     # After the cut: the new primary gets new records; the old source got one more it never sent.
-    cut_a = end_offsets(a, topic, PARTITIONS)
+    cut_a, cut_b = end_offsets(a, topic, PARTITIONS), end_offsets(b, topic, PARTITIONS)
     produce_transactional(a, topic, _records(3, start=50_000), f"late-{unique}")
     produce_transactional(b, topic, _records(400, start=10_000), f"n-{unique}", per_txn=50)
     div = _cli("divergence", *fwd_conn, "--format", "json")
@@ -88,6 +88,7 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
     early_b = {p: new_b[p][400 + p].offset() for p in range(PARTITIONS)}
     assert all(int(new_b[p][400 + p].value()[2:]) < 2_000 for p in range(PARTITIONS))  # copied before the cut
     commit_offsets(b, early, topic, early_b)
+    commit_offsets(b, at_cut, topic, cut_b)  # consumed everything there was at the switchover
     env_rev = {"REPLICATOR_GROUP_SYNC_INTERVAL_SECONDS": "1", "REPLICATOR_GROUPS": f"sw-{unique}-.*"}
     with ReplicatorProcess(sandbox, topic, rev, tmp_path / "rev.log", "--shards", "1", env=env_rev,
                            source=sandbox.target, target=sandbox.source) as job:
@@ -98,7 +99,8 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
 
         def back() -> bool:
             fake = committed_offsets(a, f"__replicator.{rev}", topic, PARTITIONS)
-            return fake == b_ends and translated(group, x_b) and translated(early, early_b)
+            return (fake == b_ends and translated(group, x_b) and translated(early, early_b)
+                    and committed_offsets(a, at_cut, topic, PARTITIONS) == cut_a)
         wait_until(back, 300, "the reverse copy and group translation", job, interval=2)
         after = read_all(a, topic, PARTITIONS)
         assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records
