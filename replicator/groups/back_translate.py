@@ -18,6 +18,7 @@ into, or among records the index does not describe (it was off for a while) is n
 from __future__ import annotations
 
 import logging
+import time
 
 from confluent_kafka import Consumer, KafkaException
 
@@ -28,39 +29,52 @@ from replicator.groups.promotion import CutPoint
 from replicator.groups.translate import IndexReader, read_records
 
 log = logging.getLogger(__name__)
+_RETRY_S = 60.0
 
 
 class BackTranslator:
-    """Maps new-primary offsets below the forward job's cut to old-source offsets. `consumer`
+    """Maps new-primary offsets up to the forward job's cut to old-source offsets. `consumer`
     reads the new primary (the reverse job's source), where the forward job's index and marker are."""
 
     def __init__(self, cfg: ReplicatorConfig, forward_job: str, consumer: Consumer) -> None:
+        self.cfg = cfg
         self.forward_job = forward_job
         self.consumer = consumer
         self.cut: dict[tuple[str, int], CutPoint] = {}
         self.index: IndexReader | None = None
-        self.unavailable = ""  # why nothing can be translated back, when so
-        try:
-            marker = promotion.read_marker(promotion.forward_view(cfg, forward_job))
-            topic = names.index_topic(forward_job)
-            md = consumer.list_topics(topic, timeout=30).topics.get(topic)
-        except (KafkaException, RuntimeError) as e:
-            self.unavailable = f"the forward job {forward_job!r}'s promotion marker could not be read: {e}"
-            log.warning("translation back across the failover is off: %s", self.unavailable,
-                        extra={"event": "back_translation_unavailable"})
+        self.unavailable = ""  # why nothing before the cut can be translated, when so
+        self._loaded = False
+        self._next_try = 0.0
+
+    def _load(self) -> None:
+        """The forward job's marker and index, read once; a failure (the new primary not answering
+        at the job's start) is retried a minute later rather than turning this off for the run."""
+        if self._loaded or time.monotonic() < self._next_try:
             return
+        try:
+            marker = promotion.read_marker(promotion.forward_view(self.cfg, self.forward_job))
+            topic = names.index_topic(self.forward_job)
+            md = self.consumer.list_topics(topic, timeout=30).topics.get(topic)
+        except (KafkaException, RuntimeError) as e:
+            self._next_try = time.monotonic() + _RETRY_S
+            log.warning("the forward job %r's promotion marker could not be read (retried in %.0f s): %s",
+                        self.forward_job, _RETRY_S, e, extra={"event": "back_translation_unavailable"})
+            return
+        self._loaded = True
         if marker is None:
-            self.unavailable = f"no promotion marker of the forward job {forward_job!r} on the source"
+            log.warning("no promotion marker of the forward job %r on the source: groups before its cut are "
+                        "not translated", self.forward_job, extra={"event": "back_translation_unavailable"})
             return
         # The reverse job's source topics are the forward job's target topics.
         self.cut = {(c.target_topic, c.partition): c for c in marker.cut}
         if md is not None and md.error is None and md.partitions:
-            self.index = IndexReader(consumer, forward_job, len(md.partitions))
+            self.index = IndexReader(self.consumer, self.forward_job, len(md.partitions))
         else:
-            self.unavailable = f"the forward job {forward_job!r} left no translation index on the source"
+            self.unavailable = f"the forward job {self.forward_job!r} left no translation index on the source"
 
     def before_cut(self, topic: str, partition: int, x: int) -> bool:
         """True for a position in the forward job's copy, up to the cut: this class answers it."""
+        self._load()
         c = self.cut.get((topic, partition))
         return c is not None and x <= c.target_end
 

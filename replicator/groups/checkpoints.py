@@ -6,7 +6,7 @@ partition] -> JSON {x, t, exact, ahead, method, meta, w, p, at}; `w` is the targ
 last wrote and saw accepted, `p` one it is about to write (recorded first, so a crash between the
 write and its confirmation never makes our own write look like someone else's). Key ["g", group] ->
 {taken_over, at, reason} once a consumer was seen on the target. Key ["f"] -> {forward_job} in a
-reverse job's topic, written by `failback`: the job whose index translates positions below the
+reverse job's topic, written by `failback`: the job whose index translates positions up to the
 failover cut (`back_translate`).
 
 With `mm2_compatible_checkpoints`, also MirrorMaker 2's `<source alias>.checkpoints.internal`
