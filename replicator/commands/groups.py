@@ -9,6 +9,7 @@ or translated exactly (taken over, active on the target, untranslatable: listed 
 from __future__ import annotations
 
 import json
+import logging
 import sys
 import time
 
@@ -371,13 +372,51 @@ def _adopt_old_groups(cfg, marker, forward_job: str, dry_run: bool = False) -> l
     return adopted
 
 
+def _reverse_copy_starts(cfg, source, tps: list[tuple[str, int]]) -> dict[tuple[str, int], int]:
+    """Per old-source partition, the first offset a reverse job that `failback` prepared from this
+    job wrote: records from there on are the new primary's copied back, not divergence. Such a job
+    is found by the forward job's name that `failback` recorded in its checkpoints topic, here."""
+    from replicator import names
+    from replicator.clients import kafka_clients
+    from replicator.groups.checkpoints import CheckpointStore
+    from replicator.groups.promotion import forward_view
+    from replicator.groups.translate import IndexReader
+
+    listed = source.list_topics(timeout=30).topics
+    suffix = names.checkpoints_topic("")[len(names.INTERNAL_PREFIX):]
+    starts: dict[tuple[str, int], int] = {}
+    for topic in listed:
+        if not (topic.startswith(names.INTERNAL_PREFIX) and topic.endswith(suffix)):
+            continue
+        reverse = forward_view(cfg, topic[len(names.INTERNAL_PREFIX):-len(suffix)])  # its target: this source
+        index = listed.get(names.index_topic(reverse.name))
+        if index is None:
+            continue
+        consumer = kafka_clients.translator_reader(reverse)
+        try:
+            if CheckpointStore(reverse, read_only=True).load().forward_job != cfg.name:
+                continue
+            reader = IndexReader(consumer, reverse.name, len(index.partitions))
+            for t, p in tps:
+                if (first := reader.first_entry(t, p)) is not None:
+                    starts[(t, p)] = min(starts.get((t, p), first[1].first_target), first[1].first_target)
+        except (KafkaException, RuntimeError) as e:  # another job's topics: their ACLs may not let us read
+            logging.getLogger(__name__).warning(
+                "divergence: %s not read (%s); a reverse job's copies it names would count as diverged",
+                topic, e, extra={"event": "divergence_reverse_unread"})
+        finally:
+            consumer.close()
+    return starts
+
+
 @click.command()
 @connection_options
 @_format
 def divergence(config_file: str | None, fmt: str, **flags) -> None:
     """What the old source holds that was never replicated before the promotion: per partition, the
-    offsets from the cut to the source's end and the committed records among them. Kafka cannot
-    truncate a log's tail: the operator decides (re-publish, ignore, recreate); nothing is deleted."""
+    offsets from the cut to the source's end, or to the first record a failback's reverse job copied
+    back, and the committed records among them. Kafka cannot truncate a log's tail: the operator
+    decides (re-publish, ignore, recreate); nothing is deleted."""
     from replicator.groups import promotion
     from replicator.groups.translate import _reader, read_records
 
@@ -393,10 +432,11 @@ def divergence(config_file: str | None, fmt: str, **flags) -> None:
         req = {TopicPartition(c.source_topic, c.partition): OffsetSpec.latest() for c in cut}
         ends = {(tp.topic, tp.partition): f.result().offset
                 for tp, f in source.list_offsets(req, isolation_level=IsolationLevel.READ_COMMITTED).items()}
+        copied_back = _reverse_copy_starts(cfg, source, [(c.source_topic, c.partition) for c in cut])
         consumer = _reader(cfg.client_properties("source"), cfg.source_bootstrap_servers, cfg.name)
         rows = []
         for c in cut:
-            end = ends[(c.source_topic, c.partition)]
+            end = min(ends[(c.source_topic, c.partition)], copied_back.get((c.source_topic, c.partition), 1 << 63))
             records = len(read_records(consumer, c.source_topic, c.partition, c.source_next, end)) \
                 if end > c.source_next else 0
             rows.append({"topic": c.source_topic, "partition": c.partition, "from": c.source_next, "to": end,

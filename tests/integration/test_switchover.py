@@ -104,6 +104,9 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
         wait_until(back, 300, "the reverse copy and group translation", job, interval=2)
         after = read_all(a, topic, PARTITIONS)
         assert sum(len(after[p]) - before[p] for p in range(PARTITIONS)) == 400  # only the new records
+        # The records copied back are not divergence: still the 3 the old source got on its own.
+        div = _cli("divergence", *fwd_conn, "--format", "json")
+        assert div.returncode == 3 and json.loads(div.stdout)["diverged_records"] == 3, div.stdout + div.stderr
         # Back to the old source as primary: the reverse job's own switchover, which stops it.
         out = _cli("switchover", *rev_conn, "--format", "json", "--timeout", "600")
         assert out.returncode == 0 and json.loads(out.stdout)["lost_partitions"] == 0, out.stdout + out.stderr
