@@ -162,11 +162,16 @@ def run(config_file: str | None, **flags) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
     crash_traces()
-    cfg = _load_config(config_file, flags)
+    cfg = _load_config(config_file, flags, echo_ignored=False)
+    import logging
+
     from replicator import logs
+    from replicator.commands.options import ignored_environment_lines
     from replicator.engine import service
 
     logs.configure(cfg.log_format, cfg.log_level)
+    for line in ignored_environment_lines(cfg):
+        logging.getLogger("replicator.config").warning("%s", line, extra={"event": "environment_ignored"})
     sys.exit(service.run(cfg, stop=stop))
 
 

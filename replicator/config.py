@@ -19,7 +19,7 @@ import json
 import math
 import os
 import re
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -470,6 +470,34 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
         key = _normalise_key(rest)
         if key in _BY_NAME and _BY_NAME[key].env == "value":
             out[key] = value
+    return out
+
+
+# REPLICATOR_* variables that are not options: the sandbox's, the test and benchmark harnesses'.
+_OTHER_ENV = ("SANDBOX_", "CACHE_DIR", "TEST_", "CHAOS_", "SOAK_", "BENCH_", "K8S_")
+# What Kubernetes injects for a Service named replicator or replicator-<x> (service links):
+# <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT[_<port name>], <NAME>_PORT[_<n>_<PROTO>[_ADDR|_PORT|_PROTO]].
+_SERVICE_LINK = re.compile(r"(?:[A-Z0-9_]+_)?(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT(?:_\d+_(?:TCP|UDP|SCTP)"
+                           r"(?:_ADDR|_PORT|_PROTO)?)?)")
+
+
+def ignored_environment(environ: Mapping[str, str], referenced: Iterable[str] = ()) -> list[tuple[str, str | None]]:
+    """REPLICATOR_* variables that set nothing (a misspelt option), each with the closest option's
+    variable; `referenced`: those a `${env:NAME}` value reads. Not refused: Kubernetes puts service
+    links of the same shape into every pod."""
+    env_options = [f"{ENV_PREFIX}{opt.name.upper()}" for opt in TABLE if opt.env == "value"]
+    skip = set(referenced)
+    out = []
+    for name in sorted(environ):
+        rest = name[len(ENV_PREFIX):]
+        if (not name.startswith(ENV_PREFIX) or name in skip or rest.startswith(_OTHER_ENV)
+                or _SERVICE_LINK.fullmatch(rest)):
+            continue
+        section, sep, _ = rest.partition("__")
+        if (sep and section.lower() in _PROPERTY_MAPS) or _normalise_key(rest) in _BY_NAME:
+            continue
+        close = difflib.get_close_matches(name, env_options, n=1)
+        out.append((name, close[0] if close else None))
     return out
 
 

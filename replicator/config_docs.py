@@ -33,7 +33,12 @@ command-line flag.
 - **Environment**: `{config.ENV_PREFIX}<OPTION>` in upper case, e.g. `REPLICATOR_TARGET_BOOTSTRAP_SERVERS`.
   Client properties: `REPLICATOR_SOURCE__<PROPERTY>` and `REPLICATOR_TARGET__<PROPERTY>`, `__` after the
   section and `_` for each `.` (`REPLICATOR_TARGET__SASL_PASSWORD` sets `target: {{sasl.password: ...}}`).
-  Variables starting with `REPLICATOR_TEST_` and those naming no option are ignored.
+  Variables naming no option are ignored, each with a warning naming the option it resembles
+  (`REPLICATOR_SHARD`: did you mean `REPLICATOR_SHARDS`?); not refused, because Kubernetes gives a
+  pod `<SERVICE>_SERVICE_HOST`, `<SERVICE>_PORT...` variables for every Service (a Service named
+  `replicator-metrics` gives `REPLICATOR_METRICS_PORT`, which the manifests set to the port). Those
+  shapes, variables a `${{env:...}}` reference reads, and the sandbox's and test harness's
+  (`REPLICATOR_SANDBOX_*`, `REPLICATOR_TEST_*`, ...) are not warned of.
 - **Flags**: `replicator run` takes every flag listed below. The other commands that talk to a
   replication's clusters (`lag`, `verify`, `topics`, `groups`, `acls`, `failover`, ...) take those for
   "every command", plus `--config`.

@@ -3,6 +3,8 @@ loading the configuration from them (exit code 2 on an invalid one)."""
 
 from __future__ import annotations
 
+import dataclasses
+import os
 import sys
 
 import click
@@ -10,16 +12,32 @@ import click
 from replicator import config as config_mod
 
 
-def _load_config(config_file: str | None, flags: dict):
+def _load_config(config_file: str | None, flags: dict, echo_ignored: bool = True):
+    """The validated configuration, or exit 2. `echo_ignored`: name on stderr the REPLICATOR_*
+    variables that set nothing (`run` logs them instead, once its log format is set)."""
     from replicator.clients import property_check
 
     try:
         cfg = config_mod.load(flags, config_file)
         property_check.check(cfg)  # librdkafka's own objections, before anything starts
-        return cfg
     except config_mod.ConfigError as e:
         click.echo(f"error: {e}", err=True)
         sys.exit(2)
+    if echo_ignored:
+        for line in ignored_environment_lines(cfg):
+            click.echo(f"warning: {line}", err=True)
+    return cfg
+
+
+def ignored_environment_lines(cfg) -> list[str]:
+    from replicator.secret_refs import reference
+
+    values = [v for v in dataclasses.asdict(cfg).values() if isinstance(v, str)]
+    values += [v for section in (cfg.source, cfg.target, cfg.spark) for v in section.values() if isinstance(v, str)]
+    referenced = {ref[1] for v in values if (ref := reference(v)) is not None and ref[0] == "env"}
+    return [f"environment variable {name} is not an option and is ignored"
+            f"{f'; did you mean {close}?' if close else ''}"
+            for name, close in config_mod.ignored_environment(os.environ, referenced)]
 
 
 _METAVARS = {"int": "INTEGER", "float": "NUMBER", "tuple[str, ...]": "REGEX,..."}

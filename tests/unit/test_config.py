@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from replicator import config_checks as accepts
-from replicator.config import ConfigError, Option, _checked, _redact, is_secret, load
+from replicator.config import ConfigError, Option, _checked, _redact, ignored_environment, is_secret, load
 
 BASE = {"source_bootstrap_servers": "127.0.0.1:19092", "target_bootstrap_servers": "127.0.0.1:29092",
         "topics": "orders.*"}
@@ -243,6 +243,30 @@ def test_flags_win_over_environment_over_file(tmp_path):
     cfg = load({**BASE, "shards": "8"}, config_file=path,
                environ={"REPLICATOR_SHARDS": "4", "REPLICATOR_NAME": "from-env"})
     assert (cfg.shards, cfg.name, cfg.log_level) == (8, "from-env", "ERROR")
+
+
+def test_a_misspelt_environment_variable_is_named_with_the_option_it_resembles():
+    environ = {
+        "REPLICATOR_SHARD": "4", "REPLICATOR_TOPICS_EXCLUDES": "x",  # misspelt
+        "REPLICATOR_SHARDS": "4", "REPLICATOR_SOURCE__SASL_PASSWORD": "pw", "REPLICATOR_SANDBOX_PORT_SHIFT": "1",
+        "REPLICATOR_TEST_FAULT": "x", "REPLICATOR_APP_PASSWORD": "pw",  # an option, a property, the harness's, a ref
+        # Kubernetes' service links of Services named replicator and replicator-metrics:
+        "REPLICATOR_SERVICE_HOST": "10.0.0.1", "REPLICATOR_SERVICE_PORT_METRICS": "9400",
+        "REPLICATOR_PORT": "tcp://10.0.0.1:9400", "REPLICATOR_METRICS_PORT_9400_TCP_ADDR": "10.0.0.1",
+        "OTHER": "x"}
+    assert ignored_environment(environ, referenced={"REPLICATOR_APP_PASSWORD"}) == [
+        ("REPLICATOR_SHARD", "REPLICATOR_SHARDS"), ("REPLICATOR_TOPICS_EXCLUDES", "REPLICATOR_TOPICS_EXCLUDE")]
+
+
+def test_the_cli_warns_of_an_ignored_variable_and_not_of_one_a_reference_reads(tmp_path, monkeypatch):
+    from replicator.commands.options import ignored_environment_lines
+
+    monkeypatch.setenv("REPLICATOR_SHARD", "4")
+    monkeypatch.setenv("REPLICATOR_APP_PASSWORD", "pw")
+    cfg = load(_flags({"target": {"sasl.password": "${env:REPLICATOR_APP_PASSWORD}"}}), environ={})
+    lines = ignored_environment_lines(cfg)
+    assert lines == ["environment variable REPLICATOR_SHARD is not an option and is ignored; "
+                     "did you mean REPLICATOR_SHARDS?"]
 
 
 def test_valid_configuration_with_security_settings_and_prefix_onto_the_same_cluster():
