@@ -477,8 +477,11 @@ def from_environment(environ: Mapping[str, str]) -> dict[str, Any]:
 _OTHER_ENV = ("SANDBOX_", "CACHE_DIR", "TEST_", "CHAOS_", "SOAK_", "BENCH_", "K8S_")
 # What Kubernetes injects for a Service named replicator or replicator-<x> (service links):
 # <NAME>_SERVICE_HOST, <NAME>_SERVICE_PORT[_<port name>], <NAME>_PORT[_<n>_<PROTO>[_ADDR|_PORT|_PROTO]].
-_SERVICE_LINK = re.compile(r"(?:[A-Z0-9_]+_)?(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?|PORT(?:_\d+_(?:TCP|UDP|SCTP)"
-                           r"(?:_ADDR|_PORT|_PROTO)?)?)")
+# <NAME>_PORT alone only with its tcp://<ip>:<port> value: REPLICATOR_METRIC_PORT=9400 is a typo.
+_SERVICE_LINK = re.compile(r"(?:[A-Z0-9_]+_)?(?:SERVICE_HOST|SERVICE_PORT(?:_[A-Z0-9_]+)?"
+                           r"|PORT_\d+_(?:TCP|UDP|SCTP)(?:_ADDR|_PORT|_PROTO)?)")
+_SERVICE_PORT = re.compile(r"(?:[A-Z0-9_]+_)?PORT")
+_SERVICE_ADDRESS = re.compile(r"(?:tcp|udp|sctp)://")
 
 
 def ignored_environment(environ: Mapping[str, str], referenced: Iterable[str] = ()) -> list[tuple[str, str | None]]:
@@ -491,7 +494,8 @@ def ignored_environment(environ: Mapping[str, str], referenced: Iterable[str] = 
     for name in sorted(environ):
         rest = name[len(ENV_PREFIX):]
         if (not name.startswith(ENV_PREFIX) or name in skip or rest.startswith(_OTHER_ENV)
-                or _SERVICE_LINK.fullmatch(rest)):
+                or _SERVICE_LINK.fullmatch(rest)
+                or (_SERVICE_PORT.fullmatch(rest) and _SERVICE_ADDRESS.match(environ[name]))):
             continue
         section, sep, _ = rest.partition("__")
         if (sep and section.lower() in _PROPERTY_MAPS) or _normalise_key(rest) in _BY_NAME:

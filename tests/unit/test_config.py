@@ -247,15 +247,17 @@ def test_flags_win_over_environment_over_file(tmp_path):
 
 def test_a_misspelt_environment_variable_is_named_with_the_option_it_resembles():
     environ = {
-        "REPLICATOR_SHARD": "4", "REPLICATOR_TOPICS_EXCLUDES": "x",  # misspelt
+        "REPLICATOR_SHARD": "4", "REPLICATOR_TOPICS_EXCLUDES": "x", "REPLICATOR_METRIC_PORT": "9400",  # misspelt
         "REPLICATOR_SHARDS": "4", "REPLICATOR_SOURCE__SASL_PASSWORD": "pw", "REPLICATOR_SANDBOX_PORT_SHIFT": "1",
         "REPLICATOR_TEST_FAULT": "x", "REPLICATOR_APP_PASSWORD": "pw",  # an option, a property, the harness's, a ref
         # Kubernetes' service links of Services named replicator and replicator-metrics:
         "REPLICATOR_SERVICE_HOST": "10.0.0.1", "REPLICATOR_SERVICE_PORT_METRICS": "9400",
-        "REPLICATOR_PORT": "tcp://10.0.0.1:9400", "REPLICATOR_METRICS_PORT_9400_TCP_ADDR": "10.0.0.1",
+        "REPLICATOR_PORT": "tcp://10.0.0.1:9400", "REPLICATOR_METRIC_SERVICE_PORT": "9400",
+        "REPLICATOR_ACME_PORT": "tcp://10.0.0.2:80", "REPLICATOR_METRICS_PORT_9400_TCP_ADDR": "10.0.0.1",
         "OTHER": "x"}
     assert ignored_environment(environ, referenced={"REPLICATOR_APP_PASSWORD"}) == [
-        ("REPLICATOR_SHARD", "REPLICATOR_SHARDS"), ("REPLICATOR_TOPICS_EXCLUDES", "REPLICATOR_TOPICS_EXCLUDE")]
+        ("REPLICATOR_METRIC_PORT", "REPLICATOR_METRICS_PORT"), ("REPLICATOR_SHARD", "REPLICATOR_SHARDS"),
+        ("REPLICATOR_TOPICS_EXCLUDES", "REPLICATOR_TOPICS_EXCLUDE")]
 
 
 def test_the_cli_warns_of_an_ignored_variable_and_not_of_one_a_reference_reads(tmp_path, monkeypatch):
