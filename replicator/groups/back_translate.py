@@ -17,6 +17,7 @@ into, or among records the index does not describe (it was off for a while) is n
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import time
 
@@ -25,8 +26,9 @@ from confluent_kafka import Consumer, KafkaException
 from replicator import names
 from replicator.config import ReplicatorConfig
 from replicator.groups import promotion
+from replicator.groups.checkpoints import CheckpointStore
 from replicator.groups.promotion import CutPoint
-from replicator.groups.translate import IndexReader, read_records
+from replicator.groups.translate import IndexReader, Translator, read_records
 
 log = logging.getLogger(__name__)
 _RETRY_S = 60.0
@@ -43,6 +45,9 @@ class BackTranslator:
         self.cut: dict[tuple[str, int], CutPoint] = {}
         self.index: IndexReader | None = None
         self.unavailable = ""  # why nothing before the cut can be translated, when so
+        # A third leg (failback of a reverse job): the job before the reverse one copied the same
+        # direction as ours, into our target; its index answers what the reverse job never copied.
+        self.earlier: Translator | None = None
         self._loaded = False
         self._next_try = 0.0
 
@@ -51,10 +56,12 @@ class BackTranslator:
         at the job's start) is retried a minute later rather than turning this off for the run."""
         if self._loaded or time.monotonic() < self._next_try:
             return
+        forward = promotion.forward_view(self.cfg, self.forward_job)
         try:
-            marker = promotion.read_marker(promotion.forward_view(self.cfg, self.forward_job))
+            marker = promotion.read_marker(forward)
             topic = names.index_topic(self.forward_job)
             md = self.consumer.list_topics(topic, timeout=30).topics.get(topic)
+            earlier = CheckpointStore(forward, read_only=True).load().forward_job
         except (KafkaException, RuntimeError) as e:
             self._next_try = time.monotonic() + _RETRY_S
             log.warning("the forward job %r's promotion marker could not be read (retried in %.0f s): %s",
@@ -71,6 +78,12 @@ class BackTranslator:
             self.index = IndexReader(self.consumer, self.forward_job, len(md.partitions))
         else:
             self.unavailable = f"the forward job {self.forward_job!r} left no translation index on the source"
+        if earlier:
+            self.earlier = Translator(dataclasses.replace(self.cfg, name=earlier, offsets_group=""))
+
+    def close(self) -> None:
+        if self.earlier is not None:
+            self.earlier.close()
 
     def before_cut(self, topic: str, partition: int, x: int) -> bool:
         """True for a position in the forward job's copy, up to the cut: this class answers it."""
@@ -88,7 +101,7 @@ class BackTranslator:
             return None, f"{why}, and {self.unavailable}"
         found = self.index.last_entry_landing_at_or_before(topic, partition, x)
         if found is None:
-            return None, f"{why}, and older than the forward job's translation index"
+            return self._before_the_reverse_copy(topic, partition, x, why)
         offset, e = found
         if not e.contiguous:
             return None, f"{why}, in a transaction of the forward job that another producer wrote into"
@@ -100,3 +113,14 @@ class BackTranslator:
             if read_records(self.consumer, topic, partition, e.end_target, stop, limit=1):
                 return None, f"{why}, among records the forward job's translation index does not describe"
         return e.source_of(x), ""
+
+    def _before_the_reverse_copy(self, topic: str, partition: int, x: int, why: str) -> tuple[int | None, str]:
+        """x older than everything the forward (reverse) job copied: in a third leg that is the
+        original log, which the job before it copied into our target. Exact there, or refused."""
+        if self.earlier is None:
+            return None, f"{why}, and older than the forward job's translation index"
+        tr = self.earlier.translate(topic, partition, x)
+        if tr.target_offset is None or not tr.exact or tr.ahead:
+            return None, (f"{why}, older than its translation index, and not exact through the job before it, "
+                          f"{self.earlier.cfg.name!r}: {tr.reason or f'{tr.ahead} offsets it never copied'}")
+        return tr.target_offset, ""

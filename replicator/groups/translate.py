@@ -60,6 +60,8 @@ class BeforeCut(Protocol):
 
     def translate(self, topic: str, partition: int, x: int) -> tuple[int | None, str]: ...
 
+    def close(self) -> None: ...
+
 
 @dataclass(frozen=True)
 class Translation:
@@ -192,6 +194,8 @@ class Translator:
         self._aligned_cache: dict[tuple[str, int, int, tuple[int, int]], int] = {}
 
     def close(self) -> None:
+        if self.back is not None:
+            self.back.close()
         for c in (self.target, self.source, self.group):
             if c is not None:
                 c.close()

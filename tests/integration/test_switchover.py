@@ -1,7 +1,8 @@
 """Planned switchover with producers stopped (zero loss, zero duplicates, the old direction refuses
 to start), then failback: the reverse job copies only what was produced on the new primary, and a
 group consumed there translates back exactly, one still before the cut too (through the forward
-job's index); `divergence` lists what the old source holds beyond the cut."""
+job's index); `divergence` lists what the old source holds beyond the cut; and the original direction
+again, whose groups all translate, those in the original log through the first job's index."""
 
 from __future__ import annotations
 
@@ -121,9 +122,16 @@ def test_switchover_then_failback(sandbox: Sandbox, unique: str, tmp_path: Path)
     assert out.returncode == 0, out.stdout + out.stderr
     produce_transactional(a, topic, _records(100, start=90_000), f"m-{unique}", per_txn=25)
     a_ends = end_offsets(a, topic, PARTITIONS)
-    with ReplicatorProcess(sandbox, topic, fwd2, tmp_path / "fwd2.log", "--shards", "1") as job:
+    with ReplicatorProcess(sandbox, topic, fwd2, tmp_path / "fwd2.log", "--shards", "1", env=env) as job:
         wait_until(lambda: committed_offsets(b, f"__replicator.{fwd2}", topic, PARTITIONS) == a_ends, 300,
                    "the third leg's copy", job, interval=2)
+        # Every group translates in the third leg too: those the reverse job's copy holds through its
+        # index, `early` and `at_cut` (in the original log, older than that copy) through the first
+        # job's index, which copied that log into b.
+        out = _cli("groups", *fwd2_conn, "--format", "json")
+        assert out.returncode == 0, out.stdout + out.stderr
+        states = {g["group"]: g["state"] for g in json.loads(out.stdout)["groups"]}
+        assert set(states) == {group, early, at_cut} and set(states.values()) <= {"synced", "would-sync"}, states
         assert job.sigterm() == 0
     b_after = read_all(b, topic, PARTITIONS)
     assert sum(len(b_after[p]) - b_before[p] for p in range(PARTITIONS)) == 100  # nothing copied twice
