@@ -79,7 +79,12 @@ class BackTranslator:
         else:
             self.unavailable = f"the forward job {self.forward_job!r} left no translation index on the source"
         if earlier:
-            self.earlier = Translator(dataclasses.replace(self.cfg, name=earlier, offsets_group=""))
+            try:
+                self.earlier = Translator(dataclasses.replace(self.cfg, name=earlier, offsets_group=""))
+            except (KafkaException, RuntimeError) as e:  # the target not answering: all of it again later
+                self._loaded, self._next_try = False, time.monotonic() + _RETRY_S
+                log.warning("the job %r before the forward job could not be read (retried in %.0f s): %s",
+                            earlier, _RETRY_S, e, extra={"event": "back_translation_unavailable"})
 
     def close(self) -> None:
         if self.earlier is not None:
@@ -98,7 +103,8 @@ class BackTranslator:
             return c.source_next, ""  # the cut itself: the marker pairs the two
         why = f"offset {x} is before the failover cut of {self.forward_job!r}"
         if self.index is None:
-            return None, f"{why}, and {self.unavailable}"
+            return (self._before_the_reverse_copy(topic, partition, x, why) if self.earlier is not None
+                    else (None, f"{why}, and {self.unavailable}"))
         found = self.index.last_entry_landing_at_or_before(topic, partition, x)
         if found is None:
             return self._before_the_reverse_copy(topic, partition, x, why)
