@@ -392,10 +392,11 @@ def _reverse_copy_starts(cfg, source, tps: list[tuple[str, int]]) -> dict[tuple[
         index = listed.get(names.index_topic(reverse.name))
         if index is None:
             continue
-        consumer = kafka_clients.translator_reader(reverse)
+        consumer = None
         try:
             if CheckpointStore(reverse, read_only=True).load().forward_job != cfg.name:
                 continue
+            consumer = kafka_clients.translator_reader(reverse)
             reader = IndexReader(consumer, reverse.name, len(index.partitions))
             for t, p in tps:
                 if (first := reader.first_entry(t, p)) is not None:
@@ -405,7 +406,8 @@ def _reverse_copy_starts(cfg, source, tps: list[tuple[str, int]]) -> dict[tuple[
                 "divergence: %s not read (%s); a reverse job's copies it names would count as diverged",
                 topic, e, extra={"event": "divergence_reverse_unread"})
         finally:
-            consumer.close()
+            if consumer is not None:
+                consumer.close()
     return starts
 
 

@@ -107,11 +107,15 @@ def live_pid(pid_file: Path, owner: str) -> int | None:
         return None
     if not _pid_alive(pid):
         return None
+    return pid if owner in _cmdline(pid) else None
+
+
+def _cmdline(pid: int) -> str:
+    """The process's command line, "" when it is gone (or still being exec'd: see `record_pid`)."""
     try:
-        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
-        return None
-    return pid if owner in cmdline else None
+        return ""
 
 
 def record_pid(proc: subprocess.Popen, pid_file: Path, owner: str, timeout: float = 10.0) -> None:
@@ -120,10 +124,7 @@ def record_pid(proc: subprocess.Popen, pid_file: Path, owner: str, timeout: floa
     command line reads empty for that moment (26 of 2,000 starts here): a clean-clone CI run
     took its starting broker for one that had exited."""
     deadline = time.monotonic() + timeout
-    while proc.poll() is None and time.monotonic() < deadline:
-        with contextlib.suppress(OSError):
-            if owner.encode() in Path(f"/proc/{proc.pid}/cmdline").read_bytes().replace(b"\0", b" "):
-                break
+    while proc.poll() is None and time.monotonic() < deadline and owner not in _cmdline(proc.pid):
         time.sleep(0.01)
     pid_file.write_text(str(proc.pid))
 
@@ -308,11 +309,11 @@ class KafkaCluster:
         cmd = ["java", *self.heap.split(), "-XX:+UseG1GC", "-XX:MaxGCPauseMillis=20",
                "-Djava.awt.headless=true", f"-Dkafka.logs.dir={self.dir / 'logs'}",
                f"-Dlog4j2.configurationFile={self.dir / 'log4j2.properties'}",
-               "-cp", classpath(self.version), "kafka.Kafka", str(self.dir / "server.properties")]
+               "-cp", classpath(self.version), "kafka.Kafka", str(props_file)]
         with open(self.dir / "logs" / "stdout.log", "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True, extra_groups=self._extra_groups() or None)
-        record_pid(proc, self.pid_file, str(self.dir / "server.properties"))
+        record_pid(proc, self.pid_file, str(props_file))
 
     def _extra_groups(self) -> list[int]:
         return []  # a multi-broker node adds one (multi.py)

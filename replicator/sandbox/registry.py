@@ -83,8 +83,13 @@ class SchemaRegistry:
     def log_file(self) -> Path:
         return self.dir / "registry.log"
 
+    @property
+    def _port_option(self) -> str:
+        """On its command line: tells our registry's JVM from any other process (`live_pid`)."""
+        return f"-Dquarkus.http.port={self.port}"
+
     def running(self) -> bool:
-        return live_pid(self.pid_file, f"-Dquarkus.http.port={self.port}") is not None
+        return live_pid(self.pid_file, self._port_option) is not None
 
     def start(self, timeout: float = READY_TIMEOUT_S) -> None:
         """Starts the registry unless ours already runs (empty: storage is in memory); returns when it
@@ -97,12 +102,12 @@ class SchemaRegistry:
         app = registry_app()
         self.dir.mkdir(parents=True, exist_ok=True)
         cmd = ["java", *self.heap.split(), "-XX:+UseSerialGC", "-XX:TieredStopAtLevel=1",
-               "-Dquarkus.http.host=127.0.0.1", f"-Dquarkus.http.port={self.port}",
+               "-Dquarkus.http.host=127.0.0.1", self._port_option,
                "-jar", str(app / _RUNNER)]
         with open(self.log_file, "ab") as out:
             proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
                                     start_new_session=True)
-        record_pid(proc, self.pid_file, f"-Dquarkus.http.port={self.port}")
+        record_pid(proc, self.pid_file, self._port_option)
         self.wait_ready(timeout)
 
     def wait_ready(self, timeout: float = READY_TIMEOUT_S) -> None:
@@ -121,7 +126,7 @@ class SchemaRegistry:
 
     def stop(self, timeout: float = 30.0) -> None:
         """Ends the JVM we started (SIGTERM, then SIGKILL after `timeout`); its schemas are gone with it."""
-        pid = live_pid(self.pid_file, f"-Dquarkus.http.port={self.port}")
+        pid = live_pid(self.pid_file, self._port_option)
         if pid is not None:
             terminate(pid, timeout)
         self.pid_file.unlink(missing_ok=True)
